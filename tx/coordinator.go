@@ -1,0 +1,628 @@
+package tx
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Options configure a Coordinator. The zero value is usable: an in-memory
+// coordinator with the defaults below.
+type Options struct {
+	// Log persists the coordinator's state. Nil keeps it in memory only.
+	Log Log
+	// MaxTimeout bounds the timeout of short transactions. Default 1h.
+	MaxTimeout time.Duration
+	// LongTimeout is the lifetime of long transactions. Default 24h.
+	LongTimeout time.Duration
+	// MaxChangeKeys bounds the change keys of one transaction. Default 1<<20.
+	MaxChangeKeys int
+	// MaxChangeBytes bounds the total size of one transaction's change keys.
+	// Default 64 MiB.
+	MaxChangeBytes int
+	// ExpiryInterval is how often expired transactions are invalidated in
+	// the background. Default 100ms; negative disables the sweeper (tests
+	// call ExpireTimedOut themselves). Expiry is also checked on every
+	// CanCommit, Commit and Checkpoint, so a late commit never succeeds.
+	ExpiryInterval time.Duration
+	// SnapshotEvery is the number of logged batches between snapshots of the
+	// state, after which older log entries are dropped. Default 100000.
+	SnapshotEvery int
+	// ReserveBlock is how many write pointers one durable reservation covers.
+	// Default 1<<20.
+	ReserveBlock uint64
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+func (o *Options) withDefaults() {
+	if o.MaxTimeout <= 0 {
+		o.MaxTimeout = time.Hour
+	}
+	if o.LongTimeout <= 0 {
+		o.LongTimeout = 24 * time.Hour
+	}
+	if o.MaxChangeKeys <= 0 {
+		o.MaxChangeKeys = 1 << 20
+	}
+	if o.MaxChangeBytes <= 0 {
+		o.MaxChangeBytes = 64 << 20
+	}
+	if o.ExpiryInterval == 0 {
+		o.ExpiryInterval = 100 * time.Millisecond
+	}
+	if o.SnapshotEvery <= 0 {
+		o.SnapshotEvery = 100000
+	}
+	if o.ReserveBlock == 0 {
+		o.ReserveBlock = 1 << 20
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// txState is the coordinator's record of one in-progress transaction.
+type txState struct {
+	id       uint64
+	kind     Kind
+	expires  int64    // unix nanos
+	pointers []uint64 // checkpoint pointers after id
+	startSeq uint64   // commit sequence when it started: conflicts are commits after it
+	keys     []uint64 // change keys held as pending since CanCommit
+	// committing: passed CanCommit, so participants may have persisted data.
+	committing bool
+	// finalizing: its commit record is being written; it cannot expire now.
+	finalizing bool
+}
+
+func (s *txState) allPointers() []uint64 {
+	return append([]uint64{s.id}, s.pointers...)
+}
+
+func (s *txState) maxPointer() uint64 {
+	if n := len(s.pointers); n > 0 {
+		return s.pointers[n-1]
+	}
+	return s.id
+}
+
+// Coordinator hands out transactions, detects conflicts and records outcomes.
+// It is safe for concurrent use.
+type Coordinator struct {
+	opts Options
+	log  Log
+
+	// gate is held shared by every commit from its log write to its
+	// finalization, and exclusively while a snapshot is captured, so that a
+	// snapshot always reflects every edit logged before it.
+	gate   sync.RWMutex
+	snapMu sync.Mutex // one snapshot at a time
+
+	mu          sync.Mutex
+	closed      bool
+	failed      error
+	nextPointer uint64
+	reserved    uint64 // pointers below it are durably reserved
+	readPointer uint64
+	inProgress  map[uint64]*txState
+	ordered     []uint64 // sorted in-progress pointers, checkpoints included
+	invalid     *invalidList
+	snap        *snapshot
+	dirty       bool // snap is stale
+	conflicts   conflictIndex
+	pruners     []*Pruner
+	sinceSnap   int
+	snapshotting bool
+
+	stats   counters
+	latency histogram
+
+	stop chan struct{}
+	done sync.WaitGroup
+}
+
+type counters struct {
+	started, committed, aborted, conflicts, invalidated, timedOut, pruned uint64
+}
+
+// Open recovers the coordinator's state from opts.Log (snapshot + replay) and
+// starts its background expiry sweeper.
+func Open(opts Options) (*Coordinator, error) {
+	opts.withDefaults()
+	c := &Coordinator{
+		opts:        opts,
+		log:         opts.Log,
+		nextPointer: 1,
+		inProgress:  make(map[uint64]*txState),
+		invalid:     emptyInvalid,
+		dirty:       true,
+		conflicts:   newConflictIndex(),
+		stop:        make(chan struct{}),
+	}
+	if c.log != nil {
+		state, edits, err := c.log.Recover()
+		if err != nil {
+			return nil, fmt.Errorf("tx: recover: %w", err)
+		}
+		c.restore(state, edits)
+	}
+	if opts.ExpiryInterval > 0 {
+		c.done.Add(1)
+		go c.sweep(opts.ExpiryInterval)
+	}
+	return c, nil
+}
+
+// Close stops the sweeper and flushes and closes the log. Transactions still in
+// progress are recovered as in progress by the next Open.
+func (c *Coordinator) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	close(c.stop)
+	c.done.Wait()
+	c.gate.Lock() // no commit in flight from here on
+	defer c.gate.Unlock()
+	if c.log != nil {
+		err := c.log.Append(&Batch{Wait: true})
+		return errors.Join(err, c.log.Close())
+	}
+	return nil
+}
+
+// checkOpenLocked returns the error that stops all work, if any.
+func (c *Coordinator) checkOpenLocked() error {
+	if c.failed != nil {
+		return c.failed
+	}
+	if c.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// fail stops the coordinator after a log failure: it can no longer promise
+// that what it acknowledges survives, so it acknowledges nothing more.
+func (c *Coordinator) failLocked(err error) error {
+	if c.failed == nil {
+		c.failed = fmt.Errorf("%w: %v", ErrLogFailed, err)
+	}
+	return c.failed
+}
+
+// appendLocked logs e; with wait it returns once e is durable. Called with
+// c.mu held so that the log's order is the order of state changes.
+func (c *Coordinator) appendLocked(e Edit, wait bool) error {
+	if c.log == nil {
+		return nil
+	}
+	if err := c.log.Append(&Batch{Edits: []Edit{e}, Wait: wait}); err != nil {
+		return c.failLocked(err)
+	}
+	c.noteLoggedLocked()
+	return nil
+}
+
+// newPointerLocked hands out the next write pointer, durably reserving a new
+// block first when the current one is used up.
+func (c *Coordinator) newPointerLocked() (uint64, error) {
+	p := c.nextPointer
+	if c.log != nil && p >= c.reserved {
+		upTo := p + c.opts.ReserveBlock
+		if err := c.appendLocked(Edit{Kind: EditReserve, Pointer: upTo}, true); err != nil {
+			return 0, err
+		}
+		c.reserved = upTo
+	}
+	c.nextPointer++
+	return p, nil
+}
+
+// StartShort starts a short transaction that times out after timeout.
+func (c *Coordinator) StartShort(timeout time.Duration) (*Tx, error) {
+	if timeout <= 0 || timeout > c.opts.MaxTimeout {
+		return nil, fmt.Errorf("%w: %v (want > 0 and <= %v)", ErrInvalidTimeout, timeout, c.opts.MaxTimeout)
+	}
+	return c.start(Short, timeout)
+}
+
+// StartLong starts a long transaction (lifetime Options.LongTimeout) for batch
+// work that uses Checkpoint to bound the size of each write.
+func (c *Coordinator) StartLong() (*Tx, error) {
+	return c.start(Long, c.opts.LongTimeout)
+}
+
+func (c *Coordinator) start(kind Kind, timeout time.Duration) (*Tx, error) {
+	expires := c.opts.Now().Add(timeout).UnixNano()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.checkOpenLocked(); err != nil {
+		return nil, err
+	}
+	id, err := c.newPointerLocked()
+	if err != nil {
+		return nil, err
+	}
+	st := &txState{id: id, kind: kind, expires: expires, startSeq: c.conflicts.seq}
+	c.inProgress[id] = st
+	c.ordered = append(c.ordered, id)
+	c.stats.started++
+	c.appendLocked(Edit{Kind: EditStart, TxID: id, TxKind: kind, Expires: expires}, false)
+	return &Tx{ID: id, WritePointer: id, Kind: kind, snap: c.snapshotLocked()}, nil
+}
+
+// snapshotLocked returns the current shared snapshot, rebuilding it only when
+// a commit, abort or invalidation changed what new transactions see.
+func (c *Coordinator) snapshotLocked() *snapshot {
+	if !c.dirty {
+		return c.snap
+	}
+	n, _ := slices.BinarySearch(c.ordered, c.readPointer+1)
+	c.snap = &snapshot{
+		readPointer: c.readPointer,
+		excluded:    slices.Clone(c.ordered[:n]),
+		invalid:     c.invalid,
+	}
+	c.dirty = false
+	return c.snap
+}
+
+// liveLocked returns the in-progress state of tx, invalidating it first if it
+// has expired.
+func (c *Coordinator) liveLocked(tx *Tx) (*txState, error) {
+	if err := c.checkOpenLocked(); err != nil {
+		return nil, err
+	}
+	if tx == nil {
+		return nil, notInProgress(0, "is nil")
+	}
+	st, ok := c.inProgress[tx.ID]
+	if !ok {
+		return nil, notInProgress(tx.ID, "is unknown, finished, timed out or invalidated")
+	}
+	if st.finalizing {
+		return nil, notInProgress(tx.ID, "is already committing")
+	}
+	if c.opts.Now().UnixNano() > st.expires {
+		c.expireLocked(st)
+		return nil, notInProgress(tx.ID, "timed out")
+	}
+	return st, nil
+}
+
+// HashKeys turns change keys into the 64-bit hashes the coordinator tracks.
+// Two different keys share a hash with probability 2^-64: at worst a spurious
+// conflict, never a missed one.
+func (c *Coordinator) hashKeys(changes [][]byte) ([]uint64, error) {
+	if len(changes) > c.opts.MaxChangeKeys {
+		return nil, fmt.Errorf("%w: %d change keys (limit %d)", ErrTooLarge, len(changes), c.opts.MaxChangeKeys)
+	}
+	size := 0
+	for _, k := range changes {
+		size += len(k)
+	}
+	if size > c.opts.MaxChangeBytes {
+		return nil, fmt.Errorf("%w: %d bytes of change keys (limit %d)", ErrTooLarge, size, c.opts.MaxChangeBytes)
+	}
+	if len(changes) == 0 {
+		return nil, nil
+	}
+	keys := make([]uint64, len(changes))
+	for i, k := range changes {
+		keys[i] = xxhash.Sum64(k)
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
+}
+
+// CanCommit checks tx's change keys against every transaction that committed
+// (or is committing) since tx started, and reserves them: from now on
+// overlapping transactions conflict with tx. Participants persist after it.
+func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
+	keys, err := c.hashKeys(changes)
+	if err != nil {
+		return err
+	}
+	c.gate.RLock() // a snapshot must not fall between this change and its edit
+	defer c.gate.RUnlock()
+	c.mu.Lock()
+	st, err := c.liveLocked(tx)
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	if err := c.reserveKeysLocked(st, keys); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	st.committing = true
+	c.mu.Unlock()
+	// Participants persist after this returns, so it must be durable: an
+	// unfinished transaction that may have persisted is invalidated on recovery.
+	return c.appendDurable(Edit{Kind: EditCommitting, TxID: st.id, Keys: keys}, nil)
+}
+
+// appendDurable writes edits (and staged writes) and waits until they are
+// durable, without holding c.mu, so that concurrent callers share one sync.
+func (c *Coordinator) appendDurable(e Edit, writes []Write) error {
+	if c.log == nil {
+		return nil
+	}
+	err := c.log.Append(&Batch{Edits: []Edit{e}, Writes: writes, Wait: true})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		return c.failLocked(err)
+	}
+	c.noteLoggedLocked()
+	return nil
+}
+
+func (c *Coordinator) reserveKeysLocked(st *txState, keys []uint64) error {
+	c.conflicts.release(st.id, st.keys)
+	st.keys = nil
+	if pending, ok := c.conflicts.check(st.id, st.startSeq, keys); !ok {
+		c.stats.conflicts++
+		return &ConflictError{TxID: st.id, Pending: pending}
+	}
+	c.conflicts.hold(st.id, keys)
+	st.keys = keys
+	return nil
+}
+
+// Commit makes tx's writes visible to every transaction that starts after it
+// returns. Participants must have persisted (after CanCommit) before.
+func (c *Coordinator) Commit(tx *Tx) error {
+	return c.commit(tx, nil, nil, false)
+}
+
+// commitStaged is the single-store fast path: conflict check, then the staged
+// writes and the commit record in one atomic log write, then finalization.
+func (c *Coordinator) commitStaged(tx *Tx, changes [][]byte, writes []Write) error {
+	keys, err := c.hashKeys(changes)
+	if err != nil {
+		return err
+	}
+	return c.commit(tx, keys, writes, true)
+}
+
+func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged bool) error {
+	began := time.Now()
+	c.mu.Lock()
+	st, err := c.liveLocked(tx)
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	if staged {
+		if err := c.reserveKeysLocked(st, keys); err != nil {
+			c.mu.Unlock()
+			return err
+		}
+	}
+	st.finalizing = true
+	c.mu.Unlock()
+
+	c.gate.RLock()
+	// On error the outcome is unknown and appendDurable has stopped the
+	// coordinator rather than guess.
+	err = c.appendDurable(Edit{Kind: EditCommitted, TxID: st.id, Keys: st.keys, Pointers: st.allPointers()}, writes)
+	if err == nil {
+		c.mu.Lock()
+		c.finishLocked(st)
+		c.conflicts.commit(st.keys)
+		c.stats.committed++
+		c.mu.Unlock()
+	}
+	c.gate.RUnlock()
+	if err == nil {
+		c.latency.observe(time.Since(began))
+	}
+	return err
+}
+
+// finishLocked removes st from the in-progress set and advances the read pointer.
+func (c *Coordinator) finishLocked(st *txState) {
+	delete(c.inProgress, st.id)
+	c.removeOrderedLocked(st.id)
+	for _, p := range st.pointers {
+		c.removeOrderedLocked(p)
+	}
+	c.conflicts.release(st.id, st.keys)
+	c.readPointer = max(c.readPointer, st.maxPointer())
+	c.dirty = true
+	if len(c.inProgress) == 0 {
+		c.conflicts.pruneBelow(c.conflicts.seq + 1)
+	} else if c.stats.committed%256 == 0 {
+		c.conflicts.pruneBelow(c.oldestStartSeqLocked() + 1)
+	}
+}
+
+func (c *Coordinator) oldestStartSeqLocked() uint64 {
+	oldest := c.conflicts.seq
+	for _, st := range c.inProgress {
+		oldest = min(oldest, st.startSeq)
+	}
+	return oldest
+}
+
+func (c *Coordinator) removeOrderedLocked(p uint64) {
+	if i, ok := slices.BinarySearch(c.ordered, p); ok {
+		c.ordered = slices.Delete(c.ordered, i, i+1)
+	}
+}
+
+// Abort ends tx without committing. Its participants must have rolled back
+// their writes. A long transaction is invalidated instead, because its
+// checkpoints may have persisted data that nobody tracks.
+func (c *Coordinator) Abort(tx *Tx) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, err := c.liveLocked(tx)
+	if err != nil {
+		return err
+	}
+	if st.kind == Long {
+		c.invalidateLocked(st)
+		return nil
+	}
+	c.finishLocked(st)
+	c.stats.aborted++
+	c.appendLocked(Edit{Kind: EditAborted, TxID: st.id, Pointers: st.allPointers()}, false)
+	return nil
+}
+
+// Invalidate ends tx and marks all its write pointers invalid: their data stays
+// invisible to every transaction until a Pruner reports it gone. Use it when a
+// rollback failed.
+func (c *Coordinator) Invalidate(tx *Tx) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.checkOpenLocked(); err != nil {
+		return err
+	}
+	if tx == nil {
+		return notInProgress(0, "is nil")
+	}
+	st, ok := c.inProgress[tx.ID]
+	if !ok || st.finalizing {
+		return notInProgress(tx.ID, "is unknown or finished")
+	}
+	c.invalidateLocked(st)
+	return nil
+}
+
+func (c *Coordinator) invalidateLocked(st *txState) {
+	ptrs := st.allPointers()
+	c.invalid = c.invalid.with(ptrs)
+	c.finishLocked(st)
+	c.stats.invalidated++
+	c.appendLocked(Edit{Kind: EditInvalid, TxID: st.id, Pointers: ptrs}, false)
+}
+
+func (c *Coordinator) expireLocked(st *txState) {
+	c.invalidateLocked(st)
+	c.stats.timedOut++
+}
+
+// Checkpoint gives tx a new write pointer under the same read snapshot, so a
+// long batch can persist part of its work and keep going. The returned Tx
+// replaces tx; hand it to every participant (Context.Checkpoint does).
+func (c *Coordinator) Checkpoint(tx *Tx) (*Tx, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, err := c.liveLocked(tx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.newPointerLocked()
+	if err != nil {
+		return nil, err
+	}
+	st.pointers = append(st.pointers, p)
+	c.ordered = append(c.ordered, p)
+	// The checkpoint may persist data: recovery must know the pointer.
+	if err := c.appendLocked(Edit{Kind: EditCheckpoint, TxID: st.id, Pointer: p}, true); err != nil {
+		return nil, err
+	}
+	next := *tx
+	next.Checkpoints = append(slices.Clone(tx.Checkpoints), tx.WritePointer)
+	next.WritePointer = p
+	return &next, nil
+}
+
+// ExpireTimedOut invalidates every expired in-progress transaction now and
+// returns how many it invalidated. The sweeper calls it periodically.
+func (c *Coordinator) ExpireTimedOut() int {
+	now := c.opts.Now().UnixNano()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.checkOpenLocked() != nil {
+		return 0
+	}
+	var expired []*txState
+	for _, st := range c.inProgress {
+		if !st.finalizing && now > st.expires {
+			expired = append(expired, st)
+		}
+	}
+	if len(expired) == 0 {
+		return 0
+	}
+	var ptrs []uint64
+	for _, st := range expired {
+		ptrs = append(ptrs, st.allPointers()...)
+	}
+	// One copy of the invalid list for the whole sweep.
+	c.invalid = c.invalid.with(ptrs)
+	for _, st := range expired {
+		c.finishLocked(st)
+		c.stats.invalidated++
+		c.stats.timedOut++
+		c.appendLocked(Edit{Kind: EditInvalid, TxID: st.id, Pointers: st.allPointers()}, false)
+	}
+	c.pruneInvalidLocked()
+	return len(expired)
+}
+
+func (c *Coordinator) sweep(every time.Duration) {
+	defer c.done.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			c.ExpireTimedOut()
+			c.pruneInvalid()
+		}
+	}
+}
+
+// ReadPointer is the newest committed write pointer.
+func (c *Coordinator) ReadPointer() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.readPointer
+}
+
+// VisibilityUpperBound: every version below it is settled (committed, aborted or
+// invalid) and no transaction in progress can still write below it.
+func (c *Coordinator) VisibilityUpperBound() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.ordered) > 0 {
+		return c.ordered[0]
+	}
+	return c.readPointer + 1
+}
+
+// InvalidList returns a copy of the invalid pointers, sorted.
+func (c *Coordinator) InvalidList() []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.invalid.ids)
+}
+
+// InProgress returns the ids of the transactions in progress, sorted.
+func (c *Coordinator) InProgress() []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make([]uint64, 0, len(c.inProgress))
+	for id := range c.inProgress {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+

@@ -1,0 +1,205 @@
+package tx
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Participant is anything whose writes commit or abort with a transaction:
+// queues, state tables, sinks. Context drives it through two-phase commit:
+//
+//	StartTx → (work) → ChangeKeys → [CanCommit] → Persist → [Commit] → PostCommit
+//	                                  any failure → Rollback → [Abort or Invalidate]
+type Participant interface {
+	// StartTx hands the participant its transaction; it buffers writes from here.
+	StartTx(tx *Tx) error
+	// UpdateTx hands it the transaction after a Checkpoint (new write pointer).
+	UpdateTx(tx *Tx) error
+	// ChangeKeys are the keys it changed, for conflict detection. Keys must be
+	// unique across participants (prefix them with a table name).
+	ChangeKeys() [][]byte
+	// Persist makes its buffered writes durable, tagged with the write pointer.
+	// It is called only after CanCommit succeeded.
+	Persist() error
+	// PostCommit runs after the commit is durable; it cannot change the outcome.
+	PostCommit()
+	// Rollback undoes everything persisted and drops what is buffered. An error
+	// means data may remain: the transaction is then invalidated.
+	Rollback() error
+}
+
+// Stager is a participant that can hand its writes to the coordinator's
+// AtomicLog instead of persisting them: the single-store fast path. When every
+// participant of a Context is a Stager on the log's store, their writes and the
+// commit record land in one atomic write, so a crash can never leave persisted
+// but uncommitted data, and no transaction needs to be invalidated for it.
+type Stager interface {
+	Participant
+	// Store identifies the store it writes to (for Badger, the *badger.DB).
+	Store() any
+	// Stage appends the buffered writes to dst. Versions must already be
+	// encoded with the transaction's write pointer.
+	Stage(dst []Write) ([]Write, error)
+}
+
+// Context runs one transaction over a set of participants in the right order,
+// like Tephra's TransactionContext. A Context is reusable: Start again after
+// Finish or Abort. It is not safe for concurrent use.
+type Context struct {
+	c      *Coordinator
+	parts  []Participant
+	tx     *Tx
+	writes []Write
+	keys   [][]byte
+}
+
+// NewContext returns a Context over the given participants.
+func (c *Coordinator) NewContext(parts ...Participant) *Context {
+	return &Context{c: c, parts: parts}
+}
+
+// Add adds a participant; only between transactions.
+func (x *Context) Add(p Participant) { x.parts = append(x.parts, p) }
+
+// Tx returns the current transaction, nil between transactions.
+func (x *Context) Tx() *Tx { return x.tx }
+
+// Start begins a short transaction and hands it to every participant.
+func (x *Context) Start(timeout time.Duration) (*Tx, error) {
+	tx, err := x.c.StartShort(timeout)
+	if err != nil {
+		return nil, err
+	}
+	return x.begin(tx)
+}
+
+// StartLong begins a long transaction.
+func (x *Context) StartLong() (*Tx, error) {
+	tx, err := x.c.StartLong()
+	if err != nil {
+		return nil, err
+	}
+	return x.begin(tx)
+}
+
+func (x *Context) begin(tx *Tx) (*Tx, error) {
+	x.tx = tx
+	for _, p := range x.parts {
+		if err := p.StartTx(tx); err != nil {
+			return nil, x.Abort(fmt.Errorf("tx: participant start: %w", err))
+		}
+	}
+	return tx, nil
+}
+
+// Checkpoint moves the transaction to a new write pointer and tells every
+// participant.
+func (x *Context) Checkpoint() error {
+	if x.tx == nil {
+		return notInProgress(0, "has not started")
+	}
+	next, err := x.c.Checkpoint(x.tx)
+	if err != nil {
+		return err
+	}
+	x.tx = next
+	for _, p := range x.parts {
+		if err := p.UpdateTx(next); err != nil {
+			return x.Abort(fmt.Errorf("tx: participant checkpoint: %w", err))
+		}
+	}
+	return nil
+}
+
+// Finish commits: check conflicts, persist every participant, commit, then
+// post-commit. On any failure every participant is rolled back and the
+// transaction aborted (or invalidated when a rollback failed); the returned
+// error wraps the cause (ErrConflict, ErrNotInProgress, ...).
+func (x *Context) Finish() error {
+	tx := x.tx
+	if tx == nil {
+		return notInProgress(0, "has not started")
+	}
+	x.keys = x.keys[:0]
+	for _, p := range x.parts {
+		x.keys = append(x.keys, p.ChangeKeys()...)
+	}
+	var err error
+	if x.fastPath() {
+		x.writes = x.writes[:0]
+		for _, p := range x.parts {
+			if x.writes, err = p.(Stager).Stage(x.writes); err != nil {
+				return x.Abort(fmt.Errorf("tx: stage: %w", err))
+			}
+		}
+		err = x.c.commitStaged(tx, x.keys, x.writes)
+		clear(x.writes) // drop references to the payloads
+	} else {
+		if err = x.c.CanCommit(tx, x.keys); err != nil {
+			return x.Abort(err)
+		}
+		for _, p := range x.parts {
+			if err = p.Persist(); err != nil {
+				return x.Abort(fmt.Errorf("tx: persist: %w", err))
+			}
+		}
+		err = x.c.Commit(tx)
+	}
+	if err != nil {
+		if errors.Is(err, ErrLogFailed) {
+			// The commit may or may not be durable: nothing is safe to undo.
+			x.tx = nil
+			return err
+		}
+		return x.Abort(err)
+	}
+	x.tx = nil
+	for _, p := range x.parts {
+		p.PostCommit()
+	}
+	return nil
+}
+
+// fastPath reports whether every participant can stage into the log's store.
+func (x *Context) fastPath() bool {
+	al, ok := x.c.log.(AtomicLog)
+	if !ok {
+		return false
+	}
+	store := al.Store()
+	for _, p := range x.parts {
+		s, ok := p.(Stager)
+		if !ok || s.Store() != store {
+			return false
+		}
+	}
+	return true
+}
+
+// Abort rolls back every participant, then aborts the transaction, or
+// invalidates it when a rollback failed. It returns cause joined with any
+// rollback error; with a nil cause, only those.
+func (x *Context) Abort(cause error) error {
+	tx := x.tx
+	if tx == nil {
+		return cause
+	}
+	x.tx = nil
+	var rollbackErrs []error
+	for _, p := range x.parts {
+		if err := p.Rollback(); err != nil {
+			rollbackErrs = append(rollbackErrs, fmt.Errorf("tx: rollback: %w", err))
+		}
+	}
+	var endErr error
+	if len(rollbackErrs) > 0 {
+		endErr = x.c.Invalidate(tx)
+	} else {
+		endErr = x.c.Abort(tx)
+	}
+	if errors.Is(endErr, ErrNotInProgress) {
+		endErr = nil // already timed out or invalidated: nothing left to end
+	}
+	return errors.Join(append([]error{cause, endErr}, rollbackErrs...)...)
+}

@@ -1,0 +1,182 @@
+package tx
+
+import (
+	"slices"
+)
+
+// stateLocked captures what a snapshot must hold.
+func (c *Coordinator) stateLocked() *State {
+	s := &State{
+		NextPointer: max(c.nextPointer, c.reserved),
+		ReadPointer: c.readPointer,
+		Invalid:     slices.Clone(c.invalid.ids),
+	}
+	ids := make([]uint64, 0, len(c.inProgress))
+	for id := range c.inProgress {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		st := c.inProgress[id]
+		s.InProgress = append(s.InProgress, InProgressTx{
+			ID: st.id, Kind: st.kind, Expires: st.expires,
+			Pointers: slices.Clone(st.pointers), Committing: st.committing, Keys: st.keys,
+		})
+	}
+	// Only keys that an in-progress transaction could still conflict with.
+	oldest := c.oldestStartSeqLocked()
+	for k, seq := range c.conflicts.committed {
+		if seq > oldest {
+			s.Committed = append(s.Committed, CommittedKey{Key: k, Pointer: seq})
+		}
+	}
+	slices.SortFunc(s.Committed, func(a, b CommittedKey) int {
+		switch {
+		case a.Key < b.Key:
+			return -1
+		case a.Key > b.Key:
+			return 1
+		}
+		return 0
+	})
+	return s
+}
+
+// restore rebuilds the state from a snapshot and the edits logged after it.
+//
+// Transactions in progress at the crash stay in progress with their original
+// expiry, so a client that survived the crash (a remote participant) can still
+// finish them; the sweeper invalidates the rest when they expire. Commit order
+// before the crash is not known exactly, so every recovered in-progress
+// transaction conflicts with every recovered committed key: at worst a spurious
+// conflict, never a lost update.
+func (c *Coordinator) restore(s *State, edits []Edit) {
+	recoveredKeys := map[uint64]struct{}{}
+	if s != nil {
+		c.nextPointer = max(c.nextPointer, s.NextPointer)
+		c.reserved = s.NextPointer
+		c.readPointer = s.ReadPointer
+		c.invalid = &invalidList{ids: slices.Clone(s.Invalid)}
+		for _, t := range s.InProgress {
+			c.inProgress[t.ID] = &txState{
+				id: t.ID, kind: t.Kind, expires: t.Expires,
+				pointers: slices.Clone(t.Pointers), committing: t.Committing, keys: t.Keys,
+			}
+		}
+		for _, k := range s.Committed {
+			recoveredKeys[k.Key] = struct{}{}
+		}
+	}
+	for _, e := range edits {
+		c.replay(e, recoveredKeys)
+	}
+	// Every pointer below the reservation may have been handed out.
+	c.nextPointer = max(c.nextPointer, c.reserved)
+	c.reserved = c.nextPointer // the next start reserves a fresh block
+	c.ordered = c.ordered[:0]
+	for _, st := range c.inProgress {
+		c.ordered = append(c.ordered, st.allPointers()...)
+		if st.committing {
+			c.conflicts.hold(st.id, st.keys)
+		}
+	}
+	slices.Sort(c.ordered)
+	if len(recoveredKeys) > 0 {
+		keys := make([]uint64, 0, len(recoveredKeys))
+		for k := range recoveredKeys {
+			keys = append(keys, k)
+		}
+		// One commit at seq 1; recovered transactions have startSeq 0, new ones >= 1.
+		c.conflicts.commit(keys)
+	}
+	c.dirty = true
+}
+
+func (c *Coordinator) replay(e Edit, recoveredKeys map[uint64]struct{}) {
+	bump := func(p uint64) { c.nextPointer = max(c.nextPointer, p+1) }
+	switch e.Kind {
+	case EditReserve:
+		c.reserved = max(c.reserved, e.Pointer)
+	case EditStart:
+		bump(e.TxID)
+		// A start is always logged before anything else about its transaction.
+		c.inProgress[e.TxID] = &txState{id: e.TxID, kind: e.TxKind, expires: e.Expires}
+	case EditCheckpoint:
+		bump(e.Pointer)
+		if st, ok := c.inProgress[e.TxID]; ok {
+			st.pointers = append(st.pointers, e.Pointer)
+		}
+	case EditCommitting:
+		if st, ok := c.inProgress[e.TxID]; ok {
+			st.committing = true
+			st.keys = e.Keys
+		}
+	case EditCommitted:
+		delete(c.inProgress, e.TxID)
+		for _, p := range e.Pointers {
+			bump(p)
+			c.readPointer = max(c.readPointer, p)
+		}
+		for _, k := range e.Keys {
+			recoveredKeys[k] = struct{}{}
+		}
+	case EditAborted:
+		delete(c.inProgress, e.TxID)
+		for _, p := range e.Pointers {
+			bump(p)
+			c.readPointer = max(c.readPointer, p)
+		}
+	case EditInvalid:
+		delete(c.inProgress, e.TxID)
+		for _, p := range e.Pointers {
+			bump(p)
+			c.readPointer = max(c.readPointer, p)
+		}
+		c.invalid = c.invalid.with(e.Pointers)
+	case EditPrune:
+		c.invalid = c.invalid.without(e.Pointer)
+	}
+}
+
+// noteLoggedLocked counts logged batches and starts a snapshot when enough
+// have accumulated since the last one.
+func (c *Coordinator) noteLoggedLocked() {
+	c.sinceSnap++
+	if c.sinceSnap >= c.opts.SnapshotEvery && !c.snapshotting && !c.closed {
+		c.snapshotting = true
+		c.done.Add(1)
+		go func() {
+			defer c.done.Done()
+			c.Snapshot()
+		}()
+	}
+}
+
+// Snapshot writes the coordinator's state to its log and lets the log drop the
+// edits it covers. It runs by itself every Options.SnapshotEvery batches.
+func (c *Coordinator) Snapshot() error {
+	if c.log == nil {
+		return nil
+	}
+	c.snapMu.Lock()
+	defer c.snapMu.Unlock()
+	c.gate.Lock() // no commit between its log write and its finalization
+	c.mu.Lock()
+	if err := c.checkOpenLocked(); err != nil {
+		c.snapshotting = false
+		c.mu.Unlock()
+		c.gate.Unlock()
+		return err
+	}
+	write, err := c.log.Snapshot(c.stateLocked())
+	c.sinceSnap = 0
+	c.mu.Unlock()
+	c.gate.Unlock()
+	if err == nil {
+		err = write()
+	}
+	c.mu.Lock()
+	c.snapshotting = false
+	c.mu.Unlock()
+	return err
+}
