@@ -103,20 +103,20 @@ type Coordinator struct {
 	gate   sync.RWMutex
 	snapMu sync.Mutex // one snapshot at a time
 
-	mu          sync.Mutex
-	closed      bool
-	failed      error
-	nextPointer uint64
-	reserved    uint64 // pointers below it are durably reserved
-	readPointer uint64
-	inProgress  map[uint64]*txState
-	ordered     []uint64 // sorted in-progress pointers, checkpoints included
-	invalid     *invalidList
-	snap        *snapshot
-	dirty       bool // snap is stale
-	conflicts   conflictIndex
-	pruners     []*Pruner
-	sinceSnap   int
+	mu           sync.Mutex
+	closed       bool
+	failed       error
+	nextPointer  uint64
+	reserved     uint64 // pointers below it are durably reserved
+	readPointer  uint64
+	inProgress   map[uint64]*txState
+	ordered      []uint64 // sorted in-progress pointers, checkpoints included
+	invalid      *invalidList
+	snap         *snapshot
+	dirty        bool // snap is stale
+	conflicts    conflictIndex
+	pruners      []*Pruner
+	sinceSnap    int
 	snapshotting bool
 
 	stats   counters
@@ -625,4 +625,3 @@ func (c *Coordinator) InProgress() []uint64 {
 	slices.Sort(ids)
 	return ids
 }
-
