@@ -360,6 +360,9 @@ func (c *Coordinator) appendDurable(e Edit, writes []Write) error {
 	err := c.log.Append(&Batch{Edits: []Edit{e}, Writes: writes, Wait: true})
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if errors.Is(err, ErrTooLarge) {
+		return err // refused whole: nothing was written
+	}
 	if err != nil {
 		return c.failLocked(err)
 	}
@@ -416,13 +419,15 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged bool)
 	// On error the outcome is unknown and appendDurable has stopped the
 	// coordinator rather than guess.
 	err = c.appendDurable(Edit{Kind: EditCommitted, TxID: st.id, Keys: st.keys, Pointers: st.allPointers()}, writes)
+	c.mu.Lock()
 	if err == nil {
-		c.mu.Lock()
 		c.finishLocked(st)
 		c.conflicts.commit(st.keys)
 		c.stats.committed++
-		c.mu.Unlock()
+	} else if errors.Is(err, ErrTooLarge) {
+		st.finalizing = false // nothing landed: the caller aborts
 	}
+	c.mu.Unlock()
 	c.gate.RUnlock()
 	if err == nil {
 		c.latency.observe(time.Since(began))
