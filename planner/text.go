@@ -1,0 +1,111 @@
+package planner
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Text renders the plan for humans ("flowrun plan"): flowlets in the order
+// they are started, with every default filled in, then the queues and their
+// consumer groups. The output is deterministic, which the golden tests use.
+func (p *Plan) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "app %s\n", p.App)
+	for _, f := range p.Flowlets {
+		fmt.Fprintf(&b, "\nflowlet %s\n", f.Name)
+		line := func(label, value string) { fmt.Fprintf(&b, "  %-11s %s\n", label, value) }
+		if f.Plugin != "" {
+			line("plugin", f.Plugin)
+		} else {
+			line("type", f.Type)
+		}
+		line("instances", strconv.Itoa(f.Instances))
+		line("batch_size", strconv.Itoa(f.BatchSize))
+		line("retries", fmt.Sprintf("max %d, backoff %s, max_backoff %s", f.Retry.Max, f.Retry.Backoff, f.Retry.MaxBackoff))
+		if f.Tick > 0 {
+			line("tick", f.Tick.String())
+		}
+		if len(f.Config) > 0 {
+			line("config", formatValue(f.Config))
+		}
+		if len(f.Inputs) > 0 {
+			line("inputs", strings.Join(f.Inputs, ", "))
+		}
+		if len(f.Outputs) > 0 {
+			line("outputs", strings.Join(f.Outputs, ", "))
+		}
+	}
+	for i, q := range p.Queues {
+		if i == 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "queue %s\n", q.Name)
+		for _, g := range q.Groups {
+			fmt.Fprintf(&b, "  group %s: %s, %s\n", g.Name, g.describe(), plural(g.Instances, "instance"))
+		}
+	}
+	return b.String()
+}
+
+// describe is the group's strategy, with the key for hash: "hash(user)".
+func (g *Group) describe() string {
+	if g.Strategy == Hash {
+		return fmt.Sprintf("hash(%s)", g.Key)
+	}
+	return string(g.Strategy)
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+// formatValue writes a config value in a JSON-like notation with sorted
+// keys, so that strings and numbers stay distinguishable ("8080" vs 8080).
+func formatValue(v any) string {
+	var b strings.Builder
+	writeValue(&b, v)
+	return b.String()
+}
+
+func writeValue(b *strings.Builder, v any) {
+	switch v := v.(type) {
+	case nil:
+		b.WriteString("null")
+	case string:
+		b.WriteString(strconv.Quote(v))
+	case float64:
+		b.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(strconv.Quote(k))
+			b.WriteString(": ")
+			writeValue(b, v[k])
+		}
+		b.WriteByte('}')
+	case []any:
+		b.WriteByte('[')
+		for i, x := range v {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writeValue(b, x)
+		}
+		b.WriteByte(']')
+	default:
+		fmt.Fprintf(b, "%v", v)
+	}
+}
