@@ -1,0 +1,334 @@
+package tx
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+func openFileCoord(t *testing.T, dir string, o Options) *Coordinator {
+	t.Helper()
+	l, err := OpenFileLog(dir, FileLogOptions{Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Log = l
+	if o.ExpiryInterval == 0 {
+		o.ExpiryInterval = -1
+	}
+	c, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// crash abandons a coordinator without Close, as kill -9 would: whatever a
+// waited append wrote is in the files; nothing else is flushed.
+func crash(c *Coordinator) {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	close(c.stop)
+	c.done.Wait()
+	if fl, ok := c.log.(*FileLog); ok && fl.f != nil {
+		fl.f.Close()
+	}
+}
+
+type scene struct {
+	committed, inProgress, committing, invalid *Tx
+	rp                                          uint64
+	maxPointer                                  uint64
+}
+
+// buildScene leaves a coordinator with one of each kind of transaction.
+func buildScene(t *testing.T, c *Coordinator, clk *fakeClock) scene {
+	start := must[*Tx](t)
+	var s scene
+	s.committed = start(c.StartShort(time.Minute))
+	if err := c.CanCommit(s.committed, [][]byte{[]byte("k1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Commit(s.committed); err != nil {
+		t.Fatal(err)
+	}
+	s.invalid = start(c.StartShort(time.Minute))
+	if err := c.Invalidate(s.invalid); err != nil {
+		t.Fatal(err)
+	}
+	s.inProgress = start(c.StartShort(time.Hour))
+	s.committing = start(c.StartShort(time.Hour))
+	if err := c.CanCommit(s.committing, [][]byte{[]byte("k2")}); err != nil {
+		t.Fatal(err)
+	}
+	// A commit carries the unwaited edits before it to disk.
+	last := start(c.StartShort(time.Minute))
+	if err := c.CanCommit(last, [][]byte{[]byte("k3")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Commit(last); err != nil {
+		t.Fatal(err)
+	}
+	s.rp = c.ReadPointer()
+	s.maxPointer = last.ID
+	return s
+}
+
+func checkScene(t *testing.T, c *Coordinator, s scene) {
+	t.Helper()
+	if rp := c.ReadPointer(); rp != s.rp {
+		t.Errorf("read pointer = %d, want %d", rp, s.rp)
+	}
+	if got := c.InvalidList(); !slices.Equal(got, []uint64{s.invalid.ID}) {
+		t.Errorf("invalid = %v, want [%d]", got, s.invalid.ID)
+	}
+	if got := c.InProgress(); !slices.Equal(got, []uint64{s.inProgress.ID, s.committing.ID}) {
+		t.Errorf("in progress = %v, want [%d %d]", got, s.inProgress.ID, s.committing.ID)
+	}
+	tx := must[*Tx](t)(c.StartShort(time.Minute))
+	if tx.ID <= s.maxPointer {
+		t.Errorf("pointer went back: %d <= %d", tx.ID, s.maxPointer)
+	}
+	if !tx.Visible(s.committed.ID) || tx.Visible(s.invalid.ID) || tx.Visible(s.inProgress.ID) {
+		t.Error("visibility after recovery is wrong")
+	}
+	c.Abort(tx)
+	// A recovered transaction can still finish, and conflicts conservatively.
+	// k3 committed after s.inProgress started.
+	if err := c.CanCommit(s.inProgress, [][]byte{[]byte("k3")}); !errors.Is(err, ErrConflict) {
+		t.Errorf("recovered tx vs recovered commit = %v, want ErrConflict", err)
+	}
+	if err := c.Commit(s.committing); err != nil {
+		t.Errorf("recovered committing tx: %v", err)
+	}
+}
+
+func TestRecoveryFromLog(t *testing.T) {
+	dir := t.TempDir()
+	clk := newFakeClock()
+	c := openFileCoord(t, dir, Options{Now: clk.Now})
+	s := buildScene(t, c, clk)
+	crash(c)
+	c2 := openFileCoord(t, dir, Options{Now: clk.Now})
+	defer c2.Close()
+	checkScene(t, c2, s)
+}
+
+func TestRecoveryFromSnapshotAndLog(t *testing.T) {
+	dir := t.TempDir()
+	clk := newFakeClock()
+	c := openFileCoord(t, dir, Options{Now: clk.Now})
+	s := buildScene(t, c, clk)
+	if err := c.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	// More work after the snapshot, replayed from the new segment.
+	tx := must[*Tx](t)(c.StartShort(time.Minute))
+	if err := c.Commit(tx); err != nil {
+		t.Fatal(err)
+	}
+	s.rp, s.maxPointer = tx.ID, tx.ID
+	segs, _ := filepath.Glob(filepath.Join(dir, "wal-*.log"))
+	snaps, _ := filepath.Glob(filepath.Join(dir, "snap-*.bin"))
+	if len(segs) != 1 || len(snaps) != 1 {
+		t.Fatalf("after a snapshot the covered log is dropped: segments %v snapshots %v", segs, snaps)
+	}
+	crash(c)
+	c2 := openFileCoord(t, dir, Options{Now: clk.Now})
+	defer c2.Close()
+	checkScene(t, c2, s)
+
+	// Recovered in-progress transactions still expire.
+	clk.Advance(2 * time.Hour)
+	c2.ExpireTimedOut()
+	if len(c2.InProgress()) != 0 || !slices.Contains(c2.InvalidList(), s.inProgress.ID) {
+		t.Errorf("in progress %v invalid %v", c2.InProgress(), c2.InvalidList())
+	}
+}
+
+func TestAutomaticSnapshots(t *testing.T) {
+	dir := t.TempDir()
+	c := openFileCoord(t, dir, Options{SnapshotEvery: 50})
+	var last *Tx
+	for i := 0; i < 500; i++ {
+		last = must[*Tx](t)(c.StartShort(time.Minute))
+		if err := c.Commit(last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := filepath.Glob(filepath.Join(dir, "wal-*.log"))
+	if len(segs) > 3 {
+		t.Errorf("log not truncated: %d segments", len(segs))
+	}
+	c2 := openFileCoord(t, dir, Options{})
+	defer c2.Close()
+	if c2.ReadPointer() != last.ID {
+		t.Errorf("read pointer %d, want %d", c2.ReadPointer(), last.ID)
+	}
+}
+
+func TestTornTail(t *testing.T) {
+	dir := t.TempDir()
+	c := openFileCoord(t, dir, Options{})
+	var ids []uint64
+	for i := 0; i < 5; i++ {
+		tx := must[*Tx](t)(c.StartShort(time.Minute))
+		if err := c.Commit(tx); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, tx.ID)
+	}
+	crash(c)
+	segs, _ := filepath.Glob(filepath.Join(dir, "wal-*.log"))
+	seg := segs[len(segs)-1]
+	fi, _ := os.Stat(seg)
+	// A crash in the middle of writing the last batch: cut it in half.
+	b, _ := os.ReadFile(seg)
+	lastFrame := 0
+	for off := 0; off < len(b); {
+		_, size, ok := nextFrame(b[off:])
+		if !ok {
+			t.Fatal("intact log does not parse")
+		}
+		lastFrame = off
+		off += size
+	}
+	if err := os.Truncate(seg, int64(lastFrame+(int(fi.Size())-lastFrame)/2)); err != nil {
+		t.Fatal(err)
+	}
+	c2 := openFileCoord(t, dir, Options{})
+	if rp := c2.ReadPointer(); rp != ids[3] {
+		t.Fatalf("read pointer %d, want %d (the torn commit is dropped)", rp, ids[3])
+	}
+	after := must[*Tx](t)(c2.StartShort(time.Minute))
+	if after.ID <= ids[4] {
+		t.Fatal("pointers must not go back even when the tail is torn")
+	}
+	if err := c2.Commit(after); err != nil {
+		t.Fatal(err)
+	}
+	c2.Close()
+	// The cut tail was truncated, so the log stays readable.
+	c3 := openFileCoord(t, dir, Options{})
+	if c3.ReadPointer() != after.ID {
+		t.Fatalf("after reopen: %d, want %d", c3.ReadPointer(), after.ID)
+	}
+	c3.Close()
+
+	// Damage before the last segment is corruption, not a torn tail.
+	segs, _ = filepath.Glob(filepath.Join(dir, "wal-*.log"))
+	for _, s := range segs[:len(segs)-1] {
+		if fi, _ := os.Stat(s); fi.Size() > 10 {
+			f, _ := os.OpenFile(s, os.O_WRONLY, 0)
+			f.WriteAt([]byte{0xff, 0xff}, 9)
+			f.Close()
+			l, _ := OpenFileLog(dir, FileLogOptions{})
+			if _, err := Open(Options{Log: l}); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("damaged middle segment: %v, want ErrCorrupt", err)
+			}
+			return
+		}
+	}
+	t.Fatal("no earlier segment to damage")
+}
+
+func TestBadgerLogFastPath(t *testing.T) {
+	dir := t.TempDir()
+	db := openBadger(t, dir, true)
+	bl, err := NewBadgerLog(db, BadgerLogOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(Options{Log: bl, ExpiryInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acct := stagedTable{newTable(db, "acct/")}
+	ctx := c.NewContext(acct)
+	if !ctx.fastPath() {
+		t.Fatal("a Stager on the log's DB must take the fast path")
+	}
+	tx, _ := ctx.Start(time.Minute)
+	acct.Put("a", 10)
+	if err := ctx.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	// A conflict leaves nothing behind.
+	t1, _ := ctx.Start(time.Minute)
+	acct.Put("a", 20)
+	other := stagedTable{newTable(db, "acct/")}
+	octx := c.NewContext(other)
+	octx.Start(time.Minute)
+	other.Put("a", 30)
+	if err := octx.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.Finish(); !errors.Is(err, ErrConflict) {
+		t.Fatalf("want conflict, got %v", err)
+	}
+	if err := c.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	t2, _ := ctx.Start(time.Minute)
+	acct.Put("b", 5)
+	if err := ctx.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	crash(c)
+	db.Close()
+
+	db = openBadger(t, dir, true)
+	defer db.Close()
+	bl, _ = NewBadgerLog(db, BadgerLogOptions{})
+	c2, err := Open(Options{Log: bl, ExpiryInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if c2.ReadPointer() != t2.ID {
+		t.Fatalf("read pointer %d, want %d", c2.ReadPointer(), t2.ID)
+	}
+	tbl := stagedTable{newTable(db, "acct/")}
+	rctx := c2.NewContext(tbl)
+	r, _ := rctx.Start(time.Minute)
+	if r.ID <= t2.ID {
+		t.Fatal("pointer went back")
+	}
+	va, vera, _, _ := tbl.Get("a")
+	vb, _, _, _ := tbl.Get("b")
+	if va != 30 || vb != 5 || vera == t1.ID || vera == tx.ID {
+		t.Fatalf("a=%d (v%d) b=%d", va, vera, vb)
+	}
+	// The conflicting write never landed in Badger at all.
+	if n := countVersions(t, tbl.table, "a"); n != 2 {
+		t.Fatalf("versions of a = %d, want 2 (the conflicting one never landed)", n)
+	}
+	rctx.Abort(nil)
+}
+
+func countVersions(t *testing.T, tb *table, key string) int {
+	t.Helper()
+	n := 0
+	prefix := append(append([]byte(tb.prefix), key...), 0)
+	err := tb.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
