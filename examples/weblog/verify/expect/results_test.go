@@ -52,7 +52,12 @@ func TestCompareEachKind(t *testing.T) {
 		{"bytes", func(r *Results) { r.BytesPerHour["2026-11-21T13"] = 200 }, Diff{"bytes_per_hour", "2026-11-21T13", Mismatch, 100, 200}},
 		{"extra hour", func(r *Results) { r.BytesPerHour["2026-11-21T15"] = 1 }, Diff{"bytes_per_hour", "2026-11-21T15", Extra, 0, 1}},
 		{"malformed", func(r *Results) { r.Malformed = 6 }, Diff{"malformed", "", Mismatch, 7, 6}},
-		{"nil map", func(r *Results) { r.StatusCounts = nil; r.BytesPerHour = nil; r.Visitors = nil; r.PageViews = map[string]int64{"/": 3, "/a": 2} },
+		{"nil map", func(r *Results) {
+			r.StatusCounts = nil
+			r.BytesPerHour = nil
+			r.Visitors = nil
+			r.PageViews = map[string]int64{"/": 3, "/a": 2}
+		},
 			Diff{"page_views", "/b", Missing, 1, 0}},
 	}
 	for _, c := range cases {
