@@ -312,6 +312,9 @@ func (g *generator) pickKind() lineKind {
 
 // advance moves the base time forward.
 func (g *generator) advance() {
+	if g.left == g.cfg.lines-1 {
+		return // the first line is at -start
+	}
 	if g.avgStep > 0 {
 		g.now += g.r.Int64N(2*g.avgStep + 1)
 	}

@@ -56,9 +56,9 @@ func (g *generator) malformed(k lineKind, p *parts) []byte {
 	panic("unknown kind " + k.String())
 }
 
-var badStatuses = []string{"2x0", "99", "600", "099", "2000", "-", "20O", "1e2", "+20", "２００", "0", "999", "20", "20 ", "0x1"}
+var badStatuses = []string{"2x0", "99", "600", "099", "2000", "-", "20O", "1e2", "+20", "２００", "0", "999", "20", "0x1"}
 
-var badBytes = []string{"12a", "-5", "+5", "1.5", "0x1f", "1234567890123", "99999999999999999999", "--", "1,024", "١٢٣", "1e3", "NaN", "-0", "12 "}
+var badBytes = []string{"12a", "-5", "+5", "1.5", "0x1f", "1234567890123", "99999999999999999999", "--", "1,024", "١٢٣", "1e3", "NaN", "-0"}
 
 func (g *generator) badTimestamp(p *parts) {
 	ts := append([]byte(nil), p.ts...) // p.ts may be shared
