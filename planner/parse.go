@@ -177,36 +177,42 @@ func decodeDocuments(src []byte) (doc, second *yaml.Node, err error) {
 	return &first, &extra, nil
 }
 
-var yamlLineError = regexp.MustCompile(`(?s)^yaml: line (\d+): (.*)$`)
+var yamlLineError = regexp.MustCompile(`(?s)^yaml: (?:line (\d+): )?(.*)$`)
+
+// splitYAMLError splits a yaml.v3 error into its line (0 if none) and
+// message.
+func splitYAMLError(err error) (line int, msg string) {
+	m := yamlLineError.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0, err.Error()
+	}
+	line, _ = strconv.Atoi(m[1])
+	return line, m[2]
+}
 
 // syntaxError reports a yaml.v3 syntax error. yaml.v3 reports a parser
 // error at the line before the start of the enclosing block rather than at
 // the problem (an indentation slip on line 40 of a flowlet that starts at
-// line 12 is reported at line 11), so the line is corrected when possible
-// by finding the first line at which the file stops parsing with the same
-// message. The column is unknown either way.
+// line 12 is reported at line 11), and some errors (an unknown anchor,
+// invalid UTF-8) without a line at all. So the line is corrected when
+// possible by finding the first line at which the file stops parsing with
+// the same message. The column stays unknown.
 func (d *decoder) syntaxError(src []byte, err error) {
-	m := yamlLineError.FindStringSubmatch(err.Error())
-	if m == nil {
-		d.errs.add(Position{File: d.file}, "invalid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
-		return
-	}
-	line, _ := strconv.Atoi(m[1])
-	if l := firstFailingLine(src, m[2]); l > 0 {
+	line, msg := splitYAMLError(err)
+	if l := firstFailingLine(src, msg, max(line, 1)); l > 0 {
 		line = l
 	}
-	d.errs.add(Position{File: d.file, Line: line}, "invalid YAML: %s", m[2])
+	d.errs.add(Position{File: d.file, Line: line}, "invalid YAML: %s", msg)
 }
 
-// firstFailingLine returns the smallest n such that the first n lines of
-// src fail to parse with message msg, or 0 if there is none or src is too
-// big for the quadratic search to be cheap. Prefixes that end inside an
-// unclosed construct fail with a different message and are skipped.
-func firstFailingLine(src []byte, msg string) int {
-	const maxSize, maxLines = 64 << 10, 2000
-	if len(src) > maxSize || bytes.Count(src, []byte("\n")) > maxLines {
-		return 0
-	}
+// firstFailingLine returns the smallest n >= from such that the first n
+// lines of src fail to parse with message msg, or 0 if there is none or the
+// search gets expensive (it is quadratic; app files are small). from is the
+// line yaml.v3 reported, which is never after the problem. Prefixes that end
+// inside an unclosed construct fail with a different message and are
+// skipped.
+func firstFailingLine(src []byte, msg string, from int) int {
+	budget := 1 << 20 // bytes to parse in total
 	end := 0
 	for n := 1; end < len(src); n++ {
 		next := bytes.IndexByte(src[end:], '\n')
@@ -215,11 +221,17 @@ func firstFailingLine(src []byte, msg string) int {
 		} else {
 			end += next + 1
 		}
+		if n < from {
+			continue
+		}
+		if budget -= end; budget < 0 {
+			return 0
+		}
 		_, _, err := decodeDocuments(src[:end])
 		if err == nil {
 			continue
 		}
-		if m := yamlLineError.FindStringSubmatch(err.Error()); m != nil && m[2] == msg {
+		if _, m := splitYAMLError(err); m == msg {
 			return n
 		}
 	}
