@@ -1,0 +1,229 @@
+package planner
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestErrorFormat(t *testing.T) {
+	for _, tc := range []struct {
+		err  *Error
+		want string
+	}{
+		{&Error{File: "app.yaml", Line: 3, Col: 7, Msg: "boom"}, "app.yaml:3:7: boom"},
+		{&Error{File: "app.yaml", Line: 3, Msg: "boom"}, "app.yaml:3: boom"}, // yaml.v3 gives no column
+		{&Error{File: "app.yaml", Msg: "boom"}, "app.yaml: boom"},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}
+
+func TestErrorsAs(t *testing.T) {
+	_, err := Parse("app.yaml", []byte("app: BAD\nflowlets: {a: {type: nope}}\n"), testOptions())
+	var list ErrorList
+	if !errors.As(err, &list) || len(list) != 2 {
+		t.Fatalf("want an ErrorList of 2, got %v", err)
+	}
+	var first *Error
+	if !errors.As(err, &first) || first != list[0] {
+		t.Fatalf("errors.As(*Error) = %v, want the first error", first)
+	}
+	if first.File != "app.yaml" || first.Line != 1 || first.Col != 6 {
+		t.Errorf("position %s:%d:%d, want app.yaml:1:6", first.File, first.Line, first.Col)
+	}
+	want := "app.yaml:1:6: invalid app name \"BAD\": must match [a-z0-9][a-z0-9_-]{0,62}\n" +
+		"app.yaml:2:22: unknown flowlet type \"nope\" (known types: counter, file_source, filter, http_source, kv_sink, log_sink)"
+	if err.Error() != want {
+		t.Errorf("got\n%s\nwant\n%s", err, want)
+	}
+}
+
+func TestParseFile(t *testing.T) {
+	if _, err := ParseFile("testdata/does-not-exist.yaml", testOptions()); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: got %v, want fs.ErrNotExist", err)
+	}
+	path := filepath.Join(t.TempDir(), "app.yaml")
+	if err := os.WriteFile(path, []byte("app: x\nflowlets: {a: {type: nope}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ParseFile(path, testOptions())
+	if err == nil || !strings.HasPrefix(err.Error(), path+":2:22: ") {
+		t.Errorf("got %v, want an error positioned in %s", err, path)
+	}
+}
+
+// Without Options.Types any type name is accepted and no output or
+// source/sink rules apply; structure is still checked.
+func TestNilTypesSkipsTypeChecks(t *testing.T) {
+	src := "app: x\nflowlets:\n  a: {type: anything}\n  b: {type: file_source}\nconnections:\n  - {from: a.whatever, to: b}\n"
+	plan, err := Parse("x.yaml", []byte(src), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := plan.Queue("a.whatever"); q == nil || q.Groups[0].Name != "b" {
+		t.Errorf("queue a.whatever = %+v", q)
+	}
+	if _, err := Parse("x.yaml", []byte(src), testOptions()); err == nil {
+		t.Error("with testTypes the same app must fail")
+	}
+}
+
+func TestLookupEnvDefaultsToOS(t *testing.T) {
+	t.Setenv("FLOWRUN_PLANNER_TEST_APP", "from-os")
+	plan, err := Parse("x.yaml", []byte("app: ${FLOWRUN_PLANNER_TEST_APP}\nflowlets: {a: {type: t}}\n"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.App != "from-os" {
+		t.Errorf("app = %q, want from-os", plan.App)
+	}
+}
+
+func TestInterpolate(t *testing.T) {
+	env := map[string]string{"SET": "value", "EMPTY": ""}
+	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
+	for _, tc := range []struct {
+		in, want string
+		problems int
+	}{
+		{"plain", "plain", 0},
+		{"${SET}", "value", 0},
+		{"a${SET}b${SET}c", "avaluebvaluec", 0},
+		{"${UNSET:def}", "def", 0},
+		{"${UNSET:}", "", 0},
+		{"${UNSET:a:b}", "a:b", 0},
+		{"${EMPTY:def}", "", 0}, // set but empty: the default does not apply
+		{"$${SET}", "${SET}", 0},
+		{"$$${SET}", "$${SET}", 0}, // a lone "$", then the escape $${
+		{"$SET $ $$ {SET}", "$SET $ $$ {SET}", 0},
+		{"${UNSET}", "", 1},
+		{"${UNSET} ${ALSO_UNSET}", "", 2},
+		{"${SET", "", 1},
+		{"${}", "", 1},
+		{"${9X}", "", 1},
+		{"${A-B}", "", 1},
+		{"${UNSET:${SET}}", "", 1},
+	} {
+		got, problems := interpolate(tc.in, lookup)
+		if len(problems) != tc.problems || tc.problems == 0 && got != tc.want {
+			t.Errorf("interpolate(%q) = %q, %q; want %q with %d problems", tc.in, got, problems, tc.want, tc.problems)
+		}
+	}
+}
+
+// Interpolated plain scalars are typed as if written in the file; quoted
+// ones stay strings.
+func TestInterpolatedScalarTypes(t *testing.T) {
+	opts := Options{LookupEnv: func(name string) (string, bool) {
+		return map[string]string{"N": "42", "B": "true", "F": "1.5"}[name], name != "UNSET"
+	}}
+	src := `app: x
+flowlets:
+  a:
+    type: t
+    config:            # block style: in a flow mapping, { and } end a plain scalar
+      n: ${N}
+      qn: "${N}"
+      b: ${B}
+      f: ${F}
+      null: ${UNSET:}
+      tagged: !!str ${N}
+`
+	plan, err := Parse("x.yaml", []byte(src), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"n": 42, "qn": "42", "b": true, "f": 1.5, "null": nil, "tagged": "42"}
+	if got := plan.Flowlets[0].Config; !reflect.DeepEqual(got, want) {
+		t.Errorf("config = %#v, want %#v", got, want)
+	}
+}
+
+// Flowlets sharing a config through an alias get independent copies, so one
+// flowlet's Init cannot change another's config.
+func TestAliasedConfigIsCopied(t *testing.T) {
+	plan, err := ParseFile("testdata/aliases.yaml", testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := plan.Flowlet("ingest"), plan.Flowlet("mirror")
+	a.Config["listen"] = "changed"
+	a.Config["routes"].([]any)[0] = "changed"
+	if b.Config["listen"] != ":8080" || b.Config["routes"].([]any)[0] != "/a" {
+		t.Errorf("mirror's config changed with ingest's: %v", b.Config)
+	}
+}
+
+func TestAliasBomb(t *testing.T) {
+	src := `app: bomb
+flowlets:
+  a:
+    type: t
+    config:
+      l0: &l0 [x, x, x, x, x, x, x, x, x, x]
+      l1: &l1 [*l0, *l0, *l0, *l0, *l0, *l0, *l0, *l0, *l0, *l0]
+      l2: &l2 [*l1, *l1, *l1, *l1, *l1, *l1, *l1, *l1, *l1, *l1]
+      l3: &l3 [*l2, *l2, *l2, *l2, *l2, *l2, *l2, *l2, *l2, *l2]
+      l4: &l4 [*l3, *l3, *l3, *l3, *l3, *l3, *l3, *l3, *l3, *l3]
+      l5: &l5 [*l4, *l4, *l4, *l4, *l4, *l4, *l4, *l4, *l4, *l4]
+      l6: &l6 [*l5, *l5, *l5, *l5, *l5, *l5, *l5, *l5, *l5, *l5]
+      l7: &l7 [*l6, *l6, *l6, *l6, *l6, *l6, *l6, *l6, *l6, *l6]
+      l8: &l8 [*l7, *l7, *l7, *l7, *l7, *l7, *l7, *l7, *l7, *l7]
+`
+	start := time.Now()
+	_, err := Parse("bomb.yaml", []byte(src), Options{})
+	if err == nil || !strings.Contains(err.Error(), "aliases expand to more than") {
+		t.Errorf("got %v, want an alias expansion error", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
+
+func TestPlanLookupsAndOrder(t *testing.T) {
+	plan, err := ParseFile("testdata/weblog.yaml", testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPlan(t, plan)
+	if plan.Flowlet("nope") != nil || plan.Queue("nope") != nil {
+		t.Error("lookups of unknown names must return nil")
+	}
+	pages := plan.Queue("parser.pages")
+	if pages == nil || len(pages.Groups) != 2 {
+		t.Fatalf("parser.pages = %+v, want 2 groups", pages)
+	}
+	if g := pages.Groups[0]; g.Name != "pageviews" || g.Strategy != Hash || g.Key != "path" || g.Instances != 4 {
+		t.Errorf("group = %+v", g)
+	}
+	store := plan.Flowlet("store")
+	if !reflect.DeepEqual(store.Inputs, []string{"pageviews.out", "visitors.out"}) || store.Outputs != nil {
+		t.Errorf("store inputs %v outputs %v", store.Inputs, store.Outputs)
+	}
+	if store.Retry != (RetryPolicy{Max: 10, Backoff: 10 * time.Millisecond, MaxBackoff: 30 * time.Second}) {
+		t.Errorf("store retry = %+v", store.Retry)
+	}
+	if store.Pos != (Position{File: "testdata/weblog.yaml", Line: 36, Col: 3}) {
+		t.Errorf("store pos = %v", store.Pos)
+	}
+}
+
+func TestDidYouMean(t *testing.T) {
+	fields := []string{"type", "plugin", "instances", "batch_size", "retries", "tick", "config"}
+	for word, want := range map[string]string{
+		"instance": "instances", "Instances": "instances", "batchsize": "batch_size",
+		"tpye": "type", "plugn": "plugin", "colour": "", "x": "", "ticks": "tick",
+	} {
+		if got := closest(word, fields); got != want {
+			t.Errorf("closest(%q) = %q, want %q", word, got, want)
+		}
+	}
+}

@@ -1,0 +1,95 @@
+package planner
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// FuzzParse checks that no input makes Parse panic or break its contract:
+// either a valid Plan or a non-empty, sorted ErrorList.
+//
+//	go test ./planner -run '^$' -fuzz FuzzParse -fuzztime 1m
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob("testdata/*.yaml")
+	for _, file := range files {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(src)
+	}
+	for _, s := range []string{
+		"", "---", "app: x\nflowlets: {a: {type: filter}}",
+		"app: &a [*a]", "a: &a {b: *a}", "{flowlets: {a: {config: &c {x: *c}}}}",
+		"app: ${", "app: $${X}", "\t", "- - -", "? [a]\n: b",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		plan, err := Parse("fuzz.yaml", src, testOptions())
+		if err != nil {
+			checkErrorList(t, err)
+			return
+		}
+		checkPlan(t, plan)
+	})
+}
+
+func checkErrorList(t *testing.T, err error) {
+	t.Helper()
+	var list ErrorList
+	if !errors.As(err, &list) || len(list) == 0 {
+		t.Fatalf("error %T %v is not a non-empty ErrorList", err, err)
+	}
+	for i, e := range list {
+		if e.File != "fuzz.yaml" || e.Msg == "" || e.Line < 0 || e.Col < 0 {
+			t.Fatalf("malformed error %#v", e)
+		}
+		if i > 0 && (list[i-1].Line > e.Line || list[i-1].Line == e.Line && list[i-1].Col > e.Col) {
+			t.Fatalf("errors not sorted:\n%v", list)
+		}
+	}
+	_ = list.Error()
+}
+
+// checkPlan verifies the invariants the rest of flowrun relies on.
+func checkPlan(t *testing.T, plan *Plan) {
+	t.Helper()
+	if plan == nil {
+		t.Fatal("nil plan without error")
+	}
+	if !nameRE.MatchString(plan.App) || len(plan.Flowlets) == 0 {
+		t.Fatalf("bad app %q with %d flowlets", plan.App, len(plan.Flowlets))
+	}
+	rank := map[string]int{}
+	for i, f := range plan.Flowlets {
+		if !nameRE.MatchString(f.Name) || (f.Type == "") == (f.Plugin == "") ||
+			f.Instances < 1 || f.Instances > MaxInstances || f.BatchSize < 1 || f.BatchSize > MaxBatchSize ||
+			f.Retry.Max < 0 || f.Retry.Backoff <= 0 || f.Retry.Backoff > f.Retry.MaxBackoff || f.Tick < 0 || f.Config == nil {
+			t.Fatalf("flowlet violates invariants: %+v", f)
+		}
+		rank[f.Name] = i
+	}
+	for _, c := range plan.Connections {
+		if rank[c.From] >= rank[c.To] {
+			t.Fatalf("connection %s -> %s against topological order", c.Queue(), c.To)
+		}
+		if (c.Strategy == Hash) != (c.Key != "") {
+			t.Fatalf("connection %+v: key iff hash violated", c)
+		}
+	}
+	groups := 0
+	for _, q := range plan.Queues {
+		if len(q.Groups) == 0 || q.Name != QueueName(q.Producer, q.Output) {
+			t.Fatalf("bad queue %+v", q)
+		}
+		groups += len(q.Groups)
+	}
+	if groups != len(plan.Connections) {
+		t.Fatalf("%d groups for %d connections", groups, len(plan.Connections))
+	}
+	_ = plan.Text()
+	_ = plan.DOT()
+}
