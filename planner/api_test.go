@@ -211,7 +211,7 @@ func TestPlanLookupsAndOrder(t *testing.T) {
 	if store.Retry != (RetryPolicy{Max: 10, Backoff: 10 * time.Millisecond, MaxBackoff: 30 * time.Second}) {
 		t.Errorf("store retry = %+v", store.Retry)
 	}
-	if store.Pos != (Position{File: "testdata/weblog.yaml", Line: 36, Col: 3}) {
+	if store.Pos != (Position{File: "testdata/weblog.yaml", Line: 42, Col: 3}) {
 		t.Errorf("store pos = %v", store.Pos)
 	}
 }

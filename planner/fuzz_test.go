@@ -86,6 +86,11 @@ func checkPlan(t *testing.T, plan *Plan) {
 			t.Fatalf("bad queue %+v", q)
 		}
 		groups += len(q.Groups)
+		for _, g := range q.Groups {
+			if g.Strategy == Hash && g.Key != q.Key {
+				t.Fatalf("queue %s key %q, group %s hashes by %q", q.Name, q.Key, g.Name, g.Key)
+			}
+		}
 	}
 	if groups != len(plan.Connections) {
 		t.Fatalf("%d groups for %d connections", groups, len(plan.Connections))

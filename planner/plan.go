@@ -59,6 +59,11 @@ type Queue struct {
 	Name     string // "<producer>.<output>"
 	Producer string
 	Output   string
+	// Key is the name of the partition key the producer must set on each
+	// event it enqueues here, when a group hashes by it; "" otherwise. All
+	// hash groups of a queue share it, because events are partitioned once,
+	// at enqueue.
+	Key string
 	// Groups are the consumer groups, one per consuming flowlet, in
 	// topological order of the consumers.
 	Groups []*Group
@@ -69,7 +74,7 @@ type Queue struct {
 type Group struct {
 	Name      string // the consuming flowlet
 	Strategy  Strategy
-	Key       string // partition key name; set only for Hash
+	Key       string // set only for Hash, and then equal to the queue's Key
 	Instances int    // the consuming flowlet's instance count
 }
 
@@ -87,15 +92,17 @@ type Connection struct {
 func (c *Connection) Queue() string { return QueueName(c.From, c.Output) }
 
 // Strategy is how a consumer group splits a queue among the consuming
-// flowlet's instances.
+// flowlet's instances. Package queue implements them over partitions and
+// has the exact semantics.
 type Strategy string
 
 const (
-	// Fifo lets any free instance take the next event in queue order.
+	// Fifo lets any idle instance take the next events; it balances load
+	// best but gives no per-key ordering.
 	Fifo Strategy = "fifo"
-	// RoundRobin deals events to the instances in turn.
+	// RoundRobin spreads events evenly over the instances.
 	RoundRobin Strategy = "round_robin"
-	// Hash sends all events with the same value of the group's Key to the
+	// Hash sends all events with the same value of the queue's Key to the
 	// same instance.
 	Hash Strategy = "hash"
 )
@@ -175,6 +182,9 @@ func buildPlan(spec *appSpec, g *graph) *Plan {
 			q = &Queue{Name: name, Producer: e.from, Output: e.output}
 			queues[name] = q
 			p.Queues = append(p.Queues, q)
+		}
+		if e.strategy == Hash {
+			q.Key = e.key
 		}
 		q.Groups = append(q.Groups, &Group{Name: e.to, Strategy: e.strategy, Key: e.key, Instances: byName[e.to].Instances})
 	}

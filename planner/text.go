@@ -41,7 +41,11 @@ func (p *Plan) Text() string {
 		if i == 0 {
 			b.WriteString("\n")
 		}
-		fmt.Fprintf(&b, "queue %s\n", q.Name)
+		fmt.Fprintf(&b, "queue %s", q.Name)
+		if q.Key != "" {
+			fmt.Fprintf(&b, " (key %s)", q.Key)
+		}
+		b.WriteString("\n")
 		for _, g := range q.Groups {
 			fmt.Fprintf(&b, "  group %s: %s, %s\n", g.Name, g.describe(), plural(g.Instances, "instance"))
 		}

@@ -70,8 +70,34 @@ func validate(spec *appSpec, types map[string]TypeInfo, errs *errorSink) *graph 
 		seen[id] = c
 		g.edges = append(g.edges, e)
 	}
+	v.checkQueueKeys(g.edges)
 	v.checkAcyclic(spec.flowlets, g.edges)
 	return g
+}
+
+// checkQueueKeys reports hash groups that disagree on the key of a queue.
+// A queue is partitioned once, when an event is enqueued, by the one key the
+// producer sets on it (see package queue); every hash group then maps
+// partitions to its instances. Two hash groups with different keys would
+// need two partitionings of the same events, so they must read different
+// queues: the producer emits on two outputs instead.
+func (v *validator) checkQueueKeys(edges []*edge) {
+	first := map[string]*edge{}
+	for _, e := range edges {
+		if e.strategy != Hash || e.key == "" {
+			continue
+		}
+		q := QueueName(e.from, e.output)
+		f, ok := first[q]
+		if !ok {
+			first[q] = e
+			continue
+		}
+		if f.key != e.key {
+			v.errs.add(e.pos, "queue %s is partitioned by key %q (connection at %d:%d), so this connection cannot hash by %q: a queue has one partition key; emit on a separate output instead",
+				q, f.key, f.pos.Line, f.pos.Col, e.key)
+		}
+	}
 }
 
 func (v *validator) checkApp(spec *appSpec) {
