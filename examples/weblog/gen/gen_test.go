@@ -123,12 +123,12 @@ func trunc(b []byte) string {
 
 func TestMalformedShareWithinTolerance(t *testing.T) {
 	for _, frac := range []float64{0.02, 0.1, 0.5} {
-		data, _ := gen(t, testConfig(50000, frac, 11))
+		data, _ := gen(t, testConfig(20000, frac, 11))
 		res, stats, err := expect.Compute(bytes.NewReader(data))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if stats.Lines != 50000 {
+		if stats.Lines != 20000 {
 			t.Fatalf("%d lines", stats.Lines)
 		}
 		share := float64(res.Malformed) / float64(stats.Lines)
@@ -147,7 +147,7 @@ func TestMalformedShareWithinTolerance(t *testing.T) {
 }
 
 func TestShape(t *testing.T) {
-	cfg := testConfig(100000, 0.02, 5)
+	cfg := testConfig(60000, 0.02, 5)
 	data, _ := gen(t, cfg)
 	res, _, err := expect.Compute(bytes.NewReader(data))
 	if err != nil {
@@ -173,7 +173,7 @@ func TestShape(t *testing.T) {
 	for _, n := range res.PageViews {
 		max = max2(max, n)
 	}
-	if total := int64(100000 * 98 / 100); max < total/20 {
+	if total := int64(60000 * 98 / 100); max < total/20 {
 		t.Errorf("most popular path has only %d of %d views", max, total)
 	}
 	for _, s := range []string{"200", "304", "404", "500", "301"} {
@@ -181,7 +181,7 @@ func TestShape(t *testing.T) {
 			t.Errorf("no status %s", s)
 		}
 	}
-	if float64(res.StatusCounts["200"]) < 0.7*float64(100000*0.98) {
+	if float64(res.StatusCounts["200"]) < 0.7*float64(60000*0.98) {
 		t.Errorf("status 200 is not dominant: %v", res.StatusCounts)
 	}
 	// Several hours (UTC; the log is written at +0530).
@@ -237,8 +237,8 @@ func TestTimeOrder(t *testing.T) {
 }
 
 func TestPadding(t *testing.T) {
-	g := newGenerator(testConfig(1000, 0, 3))
-	for i := 0; i < 1000; i++ {
+	g := newGenerator(testConfig(150, 0, 3))
+	for i := 0; i < 150; i++ {
 		line, _ := g.next()
 		line = bytes.TrimSuffix(line, []byte("\r"))
 		rec, _ := expect.ParseLine(line)
