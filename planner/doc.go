@@ -1,11 +1,12 @@
 /*
-Package planner turns an app YAML file into a validated, immutable Plan: the
+Package planner turns an app YAML file into a validated Plan: the
 flowlets to run, the durable queues between them, and the consumer groups that
 split each queue among a flowlet's instances.
 
 The planner is the only place that reads user YAML. Everything downstream
 (tx, queue, flowlet, the runtime) receives a Plan whose invariants already
-hold, so it never re-validates names, references or graph shape:
+hold, so it never re-validates names, references or graph shape. Treat a
+Plan as read-only. It guarantees that:
 
   - every name matches [a-z0-9][a-z0-9_-]{0,62};
   - every flowlet has exactly one of Type or Plugin, and every default is
@@ -15,7 +16,9 @@ hold, so it never re-validates names, references or graph shape:
   - the graph is acyclic, so Flowlets is in topological order (producers
     before consumers) and draining the app from its sources terminates;
   - there is one Queue per producer output that has consumers, and one Group
-    per consuming flowlet on that queue.
+    per consuming flowlet on that queue;
+  - all hash groups of a queue partition by the same key, Queue.Key, which
+    the producer sets on every event it emits on that output.
 
 # Usage
 
@@ -48,9 +51,11 @@ from. The full format is specified in specs/app-yaml.md.
 
 # Files
 
-parse.go reads YAML into an intermediate spec (structure, kinds, unknown
-fields); interpolate.go expands variables; validate.go checks meaning
-(ranges, references, graph shape); plan.go builds the Plan; text.go and dot.go
-render it; errors.go holds the error types.
+One concept per file, in pipeline order: parse.go (entry points),
+yamldoc.go (YAML syntax, documents, syntax-error positions), interpolate.go
+(${VAR}), decode.go and spec.go (node tree to a typed spec: kinds, unknown
+and duplicate keys), config.go (free-form config to Go values), validate.go
+(ranges, references, graph shape), plan.go (the Plan), text.go and dot.go
+(renderings), errors.go and suggest.go (reporting).
 */
 package planner

@@ -1,0 +1,70 @@
+package planner
+
+import (
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// configMap converts a config mapping to Go values for the flowlet's Init:
+// mappings become map[string]any, lists []any, scalars their YAML type
+// (int, float64, bool, string, nil). Every flowlet gets its own copy, even
+// when configs share a node through an alias. active holds the collections
+// being converted, to stop an alias that refers to its own ancestor;
+// inAlias says whether n is (part of) an alias expansion.
+func (d *decoder) configMap(n *yaml.Node, active map[*yaml.Node]bool, inAlias bool) map[string]any {
+	n = deref(n)
+	m := map[string]any{}
+	active[n] = true
+	d.eachPair(n, "in config", nil, func(key string, _, v *yaml.Node) {
+		m[key] = d.configValue(v, active, inAlias)
+	})
+	delete(active, n)
+	return m
+}
+
+func (d *decoder) configValue(orig *yaml.Node, active map[*yaml.Node]bool, inAlias bool) any {
+	n := deref(orig)
+	if n != orig {
+		if active[n] {
+			d.errs.add(d.pos(orig), "alias *%s refers to a value that contains it", orig.Value)
+			return nil
+		}
+		inAlias = true
+	}
+	if inAlias {
+		// Only alias expansions count against the budget: everything else
+		// is bounded by the file's size.
+		d.aliasBudget--
+		if d.aliasBudget < 0 {
+			if d.aliasBudget == -1 {
+				d.errs.add(d.pos(orig), "config aliases expand to more than %d values", maxAliasExpansion)
+			}
+			return nil
+		}
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		return d.configMap(n, active, inAlias)
+	case yaml.SequenceNode:
+		list := make([]any, 0, len(n.Content))
+		active[n] = true
+		for _, c := range n.Content {
+			list = append(list, d.configValue(c, active, inAlias))
+		}
+		delete(active, n)
+		return list
+	case yaml.ScalarNode:
+		if isNull(n) {
+			return nil
+		}
+		var v any
+		if err := n.Decode(&v); err != nil {
+			d.errs.add(d.pos(n), "invalid config value %q: %s", n.Value, strings.TrimPrefix(err.Error(), "yaml: "))
+			return nil
+		}
+		return v
+	}
+	d.errs.add(d.pos(n), "unexpected YAML node in config")
+	return nil
+}
