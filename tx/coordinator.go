@@ -37,6 +37,12 @@ type Options struct {
 	ReserveBlock uint64
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// EndRecoveredTransactions invalidates every transaction recovered as in
+	// progress, at Open. Right for an embedded coordinator, whose clients
+	// died with it: their transactions can never finish, and a recovered
+	// committing one would otherwise hold its change keys until it expires.
+	// Leave it off when clients outlive the coordinator (remote participants).
+	EndRecoveredTransactions bool
 }
 
 func (o *Options) withDefaults() {
@@ -150,6 +156,9 @@ func Open(opts Options) (*Coordinator, error) {
 			return nil, fmt.Errorf("tx: recover: %w", err)
 		}
 		c.restore(state, edits)
+		if opts.EndRecoveredTransactions {
+			c.endRecovered()
+		}
 	}
 	if opts.ExpiryInterval > 0 {
 		c.done.Add(1)
@@ -577,6 +586,15 @@ func (c *Coordinator) ExpireTimedOut() int {
 	}
 	c.pruneInvalidLocked()
 	return len(expired)
+}
+
+func (c *Coordinator) endRecovered() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range c.inProgress {
+		c.invalidateLocked(st)
+	}
+	c.pruneInvalidLocked()
 }
 
 func (c *Coordinator) sweep(every time.Duration) {

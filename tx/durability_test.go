@@ -152,6 +152,31 @@ func TestRecoveryFromSnapshotAndLog(t *testing.T) {
 	}
 }
 
+func TestEndRecoveredTransactions(t *testing.T) {
+	dir := t.TempDir()
+	clk := newFakeClock()
+	c := openFileCoord(t, dir, Options{Now: clk.Now})
+	s := buildScene(t, c, clk)
+	crash(c)
+	c2 := openFileCoord(t, dir, Options{Now: clk.Now, EndRecoveredTransactions: true})
+	defer c2.Close()
+	if len(c2.InProgress()) != 0 {
+		t.Fatalf("in progress after recovery: %v", c2.InProgress())
+	}
+	want := []uint64{s.invalid.ID, s.inProgress.ID, s.committing.ID}
+	if got := c2.InvalidList(); !slices.Equal(got, want) {
+		t.Fatalf("invalid = %v, want %v", got, want)
+	}
+	// The committing transaction no longer holds its keys.
+	tx := must[*Tx](t)(c2.StartShort(time.Minute))
+	if err := c2.CanCommit(tx, [][]byte{[]byte("k2")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Commit(s.committing); !errors.Is(err, ErrNotInProgress) {
+		t.Fatalf("commit of an ended transaction = %v", err)
+	}
+}
+
 func TestAutomaticSnapshots(t *testing.T) {
 	dir := t.TempDir()
 	c := openFileCoord(t, dir, Options{SnapshotEvery: 50})

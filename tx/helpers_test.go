@@ -45,11 +45,14 @@ func must[T any](t testing.TB) func(T, error) T {
 	}
 }
 
+func badgerTestOptions(dir string, sync bool) badger.Options {
+	return badger.DefaultOptions(dir).WithLogger(nil).WithSyncWrites(sync).
+		WithMemTableSize(16 << 20).WithNumMemtables(2).WithValueThreshold(1 << 10).WithBlockCacheSize(8 << 20)
+}
+
 func openBadger(t testing.TB, dir string, sync bool) *badger.DB {
 	t.Helper()
-	o := badger.DefaultOptions(dir).WithLogger(nil).WithSyncWrites(sync).
-		WithMemTableSize(16 << 20).WithNumMemtables(2).WithValueThreshold(1 << 10).WithBlockCacheSize(8 << 20)
-	db, err := badger.Open(o)
+	db, err := badger.Open(badgerTestOptions(dir, sync))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,31 @@
+// Package badgerutil holds what every flowrun package that opens Badger needs.
+package badgerutil
+
+import (
+	"os"
+	"path/filepath"
+)
+
+// RemoveEmptyValueLogs deletes zero-length value-log files from a Badger
+// directory. A kill -9 between Badger creating a new .vlog file and sizing it
+// leaves such a file, and Badger v4 then refuses to open the directory
+// ("Open existing file ... Create a new file"). An empty file holds no data,
+// so removing it loses nothing. Call it before badger.Open.
+func RemoveEmptyValueLogs(dir string) error {
+	matches, err := filepath.Glob(filepath.Join(dir, "*.vlog"))
+	if err != nil {
+		return err
+	}
+	for _, m := range matches {
+		fi, err := os.Stat(m)
+		if err != nil {
+			return err
+		}
+		if fi.Size() == 0 {
+			if err := os.Remove(m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
