@@ -28,12 +28,16 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, src []byte) {
-		plan, err := Parse("fuzz.yaml", src, testOptions())
-		if err != nil {
-			checkErrorList(t, err)
-			return
+		// With and without a type registry: the nil case skips type checks,
+		// so it reaches plans the registry would reject.
+		for _, opts := range []Options{testOptions(), {LookupEnv: testLookup}} {
+			plan, err := Parse("fuzz.yaml", src, opts)
+			if err != nil {
+				checkErrorList(t, err)
+				continue
+			}
+			checkPlan(t, plan)
 		}
-		checkPlan(t, plan)
 	})
 }
 

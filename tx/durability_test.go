@@ -43,8 +43,8 @@ func crash(c *Coordinator) {
 
 type scene struct {
 	committed, inProgress, committing, invalid *Tx
-	rp                                          uint64
-	maxPointer                                  uint64
+	rp                                         uint64
+	maxPointer                                 uint64
 }
 
 // buildScene leaves a coordinator with one of each kind of transaction.

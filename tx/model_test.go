@@ -32,7 +32,7 @@ type participantTable interface {
 	Put(key string, v int64)
 }
 
-func acct(i int) string { return fmt.Sprintf("a%02d", i) }
+func acct(i int) string   { return fmt.Sprintf("a%02d", i) }
 func opsKey(i int) string { return fmt.Sprintf("n%02d", i) }
 
 func (bk *bank) init(t *testing.T) {
