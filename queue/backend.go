@@ -1,0 +1,99 @@
+package queue
+
+import (
+	"context"
+	"time"
+
+	"github.com/flowrun/flowrun/tx"
+)
+
+// Backend is the implementer's side, as database/sql/driver is to
+// database/sql. Queues validates every argument before calling it (names,
+// configs, event sizes, instance ranges), so a backend may assume valid
+// input, but it must still return ErrUnknownQueue, ErrUnknownGroup,
+// ErrUnknownInstance, ErrExists and ErrQueueFull where they apply.
+// queuetest.Run checks the semantics.
+type Backend interface {
+	CreateQueue(name string, cfg Config) error
+	// DeleteQueue drops the queue, its groups and all entries.
+	DeleteQueue(name string) error
+	// TruncateQueue drops every entry committed so far; groups stay.
+	TruncateQueue(name string) error
+	// AddGroup adds a consumer group, which starts at the oldest stored entry.
+	AddGroup(queue string, g Group) error
+	RemoveGroup(queue, group string) error
+	// Rescale changes a group's instance count while producers and consumers
+	// keep running: no loss, no duplicate, per-key order kept.
+	Rescale(queue, group string, instances int) error
+	// Info describes one queue, Queues all of them, without consuming.
+	Info(queue string) (QueueInfo, error)
+	Queues() ([]QueueInfo, error)
+	// Scan calls fn for committed entries, in (partition, priority desc,
+	// entry id) order, until fn returns false.
+	Scan(queue string, opts ScanOptions, fn func(Entry) bool) error
+	Producer(queue string) (ProducerDriver, error)
+	Consumer(queue, group string, instance int) (ConsumerDriver, error)
+	// Maintain runs eviction and space reclamation now (they also run in the
+	// background).
+	Maintain() error
+	Close() error
+}
+
+// ProducerDriver is a backend's producer: a transaction participant that
+// buffers events and writes them when the transaction commits. A backend
+// whose store can join the coordinator's atomic log also implements tx.Stager.
+type ProducerDriver interface {
+	tx.Participant
+	// Enqueue buffers ev in the current transaction. It may wait (bounded by
+	// ctx and the queue's FullWait) for space.
+	Enqueue(ctx context.Context, ev Event) error
+}
+
+// ConsumerDriver is a backend's consumer for one group instance: a
+// participant whose acknowledgements commit with the transaction.
+type ConsumerDriver interface {
+	tx.Participant
+	// Dequeue returns up to max entries not yet consumed by the group, visible
+	// to the current transaction. Calling it again in the same transaction
+	// continues after what it returned.
+	Dequeue(max int) ([]Entry, error)
+}
+
+// QueueInfo describes a queue at one moment.
+type QueueInfo struct {
+	Name   string
+	Config Config
+	// Depth: committed entries not yet evicted.
+	Events, Bytes int64
+	// Expired counts events dropped by TTL (skipped by a group or evicted
+	// before a group read them) since the backend opened.
+	Expired int64
+	Groups  []GroupInfo
+}
+
+// GroupInfo is one consumer group and how far behind it is.
+type GroupInfo struct {
+	Group
+	// Lag: stored events the group has not consumed yet.
+	Lag int64
+	// Consumed and Expired count the events the group's committed
+	// transactions delivered or skipped for TTL, since the group was added.
+	Consumed, Expired int64
+}
+
+// ScanOptions select entries for Scan. Zero values select everything.
+type ScanOptions struct {
+	// Partitions to read; nil means all.
+	Partitions []int
+	// From and To bound entry ids by producer write pointer, inclusive
+	// (To 0 = no bound).
+	From, To uint64
+	// Since and Until bound the enqueue time (zero = no bound).
+	Since, Until time.Time
+	// Limit stops after that many entries (0 = no limit).
+	Limit int
+	// Tx, when set, shows only entries visible to it. Without it a scan
+	// shows what is stored, which on the single-store fast path is exactly
+	// what committed.
+	Tx *tx.Tx
+}

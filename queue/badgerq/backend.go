@@ -1,0 +1,589 @@
+// Package badgerq is the embedded Badger implementation of queue.Backend.
+//
+// All queues live in the runtime's one Badger DB, next to the transaction
+// log, so a flowlet step (dequeue, state writes, emits, commit record) lands
+// in one atomic Badger write: the tx package's single-store fast path.
+// Nothing uncommitted ever reaches the DB on that path. The general path
+// (Persist/Rollback) works too, for contexts that mix stores.
+//
+// keys.go documents the key layout, consumer.go the cursor rules.
+package badgerq
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/tx"
+)
+
+// Options tune a Backend. The zero value is usable.
+type Options struct {
+	// EvictInterval is how often background eviction runs (default 200ms;
+	// negative disables it: call Maintain).
+	EvictInterval time.Duration
+	// GCInterval is how often value-log GC runs (default 30s; negative
+	// disables it). GCDiscardRatio is Badger's discard ratio (default 0.5).
+	GCInterval     time.Duration
+	GCDiscardRatio float64
+	// ChunkBytes caps one packed value (default 256 KiB). Larger runs of one
+	// transaction, partition and priority are split into chunks.
+	ChunkBytes int
+	// SpreadRun is how many keyless events a producer puts into one partition
+	// before moving to the next (default 256). Each transaction also starts on
+	// the next partition, so partitions fill evenly while values stay packed.
+	SpreadRun int
+	// Coordinator, when set, gets a pruner so its invalid list stays bounded.
+	// With FastPath (every Context over these queues runs the single-store
+	// fast path) no invalid data ever lands and NoInvalidData is reported
+	// once; otherwise eviction reports the pointer below which nothing is left.
+	Coordinator *tx.Coordinator
+	FastPath    bool
+	// Now is the clock (default time.Now), for TTL tests.
+	Now func() time.Time
+}
+
+func (o *Options) withDefaults() {
+	if o.EvictInterval == 0 {
+		o.EvictInterval = 200 * time.Millisecond
+	}
+	if o.GCInterval == 0 {
+		o.GCInterval = 30 * time.Second
+	}
+	if o.GCDiscardRatio == 0 {
+		o.GCDiscardRatio = 0.5
+	}
+	if o.ChunkBytes <= 0 {
+		o.ChunkBytes = 256 << 10
+	}
+	if o.SpreadRun <= 0 {
+		o.SpreadRun = 256
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Backend implements queue.Backend on a *badger.DB it does not own.
+type Backend struct {
+	db   *badger.DB
+	opts Options
+
+	mu     sync.RWMutex
+	queues map[string]*queueRT
+	closed bool
+
+	kick   chan struct{}
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	pruner *tx.Pruner
+
+	evictMu sync.Mutex // one eviction pass at a time
+}
+
+var _ queue.Backend = (*Backend)(nil)
+
+// queueMeta is what "qm<name>" holds.
+type queueMeta struct {
+	ID        uint32
+	Config    queue.Config
+	Groups    []groupMeta
+	NextGroup uint16
+}
+
+type groupMeta struct {
+	ID uint16
+	queue.Group
+}
+
+// queueRT is a queue's in-memory runtime state.
+type queueRT struct {
+	name string
+	id   uint32
+	cfg  queue.Config
+
+	mu      sync.Mutex // guards meta, groups and every slot
+	meta    queueMeta
+	groups  map[string]*groupRT
+	deleted bool
+
+	events, bytes       atomic.Int64 // committed, not evicted
+	resEvents, resBytes atomic.Int64 // reserved by in-flight producers
+	expired             atomic.Int64 // evicted by TTL before every group read them
+	spaceMu             sync.Mutex
+	space               chan struct{} // closed when depth shrinks
+	rr                  atomic.Uint32 // producers' rotating start partition
+}
+
+type groupRT struct {
+	meta  groupMeta
+	slots []*slot // one per partition
+	fifo  atomic.Uint32
+}
+
+// slot is one group's cursor state for one partition. owner is the consumer
+// whose transaction holds the partition: at most one at a time, which is what
+// makes FIFO safe and rescaling a plain reassignment.
+type slot struct {
+	owner     *consumer
+	resolved  bool
+	versions  []stateVersion // as loaded, until resolved
+	committed stateVersion
+}
+
+// evictView is the state eviction may trust: the committed one, or before
+// resolution the oldest stored version, which is always committed.
+func (s *slot) evictView() *partState {
+	if s.resolved {
+		return &s.committed.st
+	}
+	if n := len(s.versions); n > 0 {
+		return &s.versions[n-1].st
+	}
+	return nil
+}
+
+// resolve picks the newest version visible to t.
+func (s *slot) resolve(t *tx.Tx) {
+	if s.resolved {
+		return
+	}
+	for _, v := range s.versions {
+		if v.wp == 0 || t.Visible(v.wp) {
+			s.committed = v
+			break
+		}
+	}
+	s.versions = nil
+	s.resolved = true
+}
+
+// Open loads every queue's metadata and cursor state and starts background
+// eviction. The DB stays the caller's: Close does not close it.
+func Open(db *badger.DB, opts Options) (*Backend, error) {
+	opts.withDefaults()
+	b := &Backend{db: db, opts: opts, queues: map[string]*queueRT{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	if err := b.load(); err != nil {
+		return nil, err
+	}
+	if c := opts.Coordinator; c != nil {
+		b.pruner = c.RegisterPruner("queue")
+		if opts.FastPath {
+			b.pruner.Report(tx.NoInvalidData)
+		}
+	}
+	b.wg.Add(1)
+	go b.background()
+	return b, nil
+}
+
+// DB returns the underlying store.
+func (b *Backend) DB() *badger.DB { return b.db }
+
+func (b *Backend) load() error {
+	return b.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(metaPrefix), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var m queueMeta
+			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &m) }); err != nil {
+				return fmt.Errorf("badgerq: queue meta %q: %w", it.Item().Key(), err)
+			}
+			q := newQueueRT(string(it.Item().Key()[len(metaPrefix):]), m)
+			if err := q.loadStates(txn); err != nil {
+				return err
+			}
+			if err := q.countDepth(txn); err != nil {
+				return err
+			}
+			b.queues[q.name] = q
+		}
+		return nil
+	})
+}
+
+func newQueueRT(name string, m queueMeta) *queueRT {
+	q := &queueRT{name: name, id: m.ID, cfg: m.Config, meta: m, groups: map[string]*groupRT{}, space: make(chan struct{})}
+	for _, g := range m.Groups {
+		q.groups[g.Name] = newGroupRT(g, m.Config.Partitions)
+	}
+	return q
+}
+
+func newGroupRT(g groupMeta, parts int) *groupRT {
+	gr := &groupRT{meta: g, slots: make([]*slot, parts)}
+	for i := range gr.slots {
+		gr.slots[i] = &slot{resolved: true}
+	}
+	return gr
+}
+
+func (q *queueRT) loadStates(txn *badger.Txn) error {
+	byID := map[uint16]*groupRT{}
+	for _, g := range q.groups {
+		byID[g.meta.ID] = g
+	}
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: stateQueuePrefix(q.id), PrefetchValues: true})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		k := it.Item().Key()
+		if len(k) != stateKeyLen {
+			continue
+		}
+		g := byID[binary.BigEndian.Uint16(k[6:])]
+		part := int(binary.BigEndian.Uint16(k[8:]))
+		if g == nil || part >= len(g.slots) {
+			continue // a removed group's leftovers
+		}
+		v, err := it.Item().ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		vs, err := decodeStateValue(v)
+		if err != nil {
+			return fmt.Errorf("badgerq: state of %s/%s/%d: %w", q.name, g.meta.Name, part, err)
+		}
+		g.slots[part] = &slot{versions: vs}
+	}
+	return nil
+}
+
+// countDepth recomputes the depth from entry keys (no value reads).
+func (q *queueRT) countDepth(txn *badger.Txn) error {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: queuePrefix(q.id)})
+	defer it.Close()
+	var ev, by int64
+	for it.Rewind(); it.Valid(); it.Next() {
+		if k, ok := decodeEntryKey(it.Item().Key()); ok {
+			ev += int64(k.count)
+			by += int64(k.size)
+		}
+	}
+	q.events.Store(ev)
+	q.bytes.Store(by)
+	return nil
+}
+
+func (b *Backend) queue(name string) (*queueRT, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return nil, queue.ErrClosed
+	}
+	q := b.queues[name]
+	if q == nil {
+		return nil, fmt.Errorf("%w: %q", queue.ErrUnknownQueue, name)
+	}
+	return q, nil
+}
+
+func (b *Backend) saveMeta(name string, m *queueMeta, extra func(*badger.Txn) error) error {
+	v, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return b.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Set(metaKey(name), v); err != nil {
+			return err
+		}
+		if extra != nil {
+			return extra(txn)
+		}
+		return nil
+	})
+}
+
+// CreateQueue implements queue.Backend.
+func (b *Backend) CreateQueue(name string, cfg queue.Config) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return queue.ErrClosed
+	}
+	if b.queues[name] != nil {
+		return fmt.Errorf("%w: queue %q", queue.ErrExists, name)
+	}
+	var id uint32
+	err := b.db.Update(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte(nextIDKey))
+		switch {
+		case errors.Is(err, badger.ErrKeyNotFound):
+			id = 1
+		case err != nil:
+			return err
+		default:
+			if err := item.Value(func(v []byte) error {
+				if len(v) != 4 {
+					return errCorrupt
+				}
+				id = binary.BigEndian.Uint32(v)
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		return txn.Set([]byte(nextIDKey), binary.BigEndian.AppendUint32(nil, id+1))
+	})
+	if err != nil {
+		return err
+	}
+	m := queueMeta{ID: id, Config: cfg, NextGroup: 1}
+	if err := b.saveMeta(name, &m, nil); err != nil {
+		return err
+	}
+	b.queues[name] = newQueueRT(name, m)
+	return nil
+}
+
+// DeleteQueue implements queue.Backend.
+func (b *Backend) DeleteQueue(name string) error {
+	b.mu.Lock()
+	q := b.queues[name]
+	if q == nil {
+		b.mu.Unlock()
+		return fmt.Errorf("%w: %q", queue.ErrUnknownQueue, name)
+	}
+	delete(b.queues, name)
+	b.mu.Unlock()
+	q.mu.Lock()
+	q.deleted = true
+	q.mu.Unlock()
+	if err := b.db.Update(func(txn *badger.Txn) error { return txn.Delete(metaKey(name)) }); err != nil {
+		return err
+	}
+	// Queue ids are never reused, so leftovers of a crash here are inert.
+	if _, _, err := b.deletePrefix(queuePrefix(q.id)); err != nil {
+		return err
+	}
+	_, _, err := b.deletePrefix(stateQueuePrefix(q.id))
+	q.signalSpace()
+	return err
+}
+
+// TruncateQueue implements queue.Backend.
+func (b *Backend) TruncateQueue(name string) error {
+	q, err := b.queue(name)
+	if err != nil {
+		return err
+	}
+	ev, by, err := b.deletePrefix(queuePrefix(q.id))
+	q.events.Add(-ev)
+	q.bytes.Add(-by)
+	q.signalSpace()
+	return err
+}
+
+// deletePrefix deletes every key under prefix; for entry keys it returns the
+// events and bytes deleted.
+func (b *Backend) deletePrefix(prefix []byte) (events, bytes int64, err error) {
+	wb := b.db.NewWriteBatch()
+	defer wb.Cancel()
+	err = b.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().KeyCopy(nil)
+			if ek, ok := decodeEntryKey(k); ok {
+				events += int64(ek.count)
+				bytes += int64(ek.size)
+			}
+			if err := wb.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return events, bytes, wb.Flush()
+}
+
+// AddGroup implements queue.Backend.
+func (b *Backend) AddGroup(name string, g queue.Group) error {
+	q, err := b.queue(name)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.groups[g.Name] != nil {
+		return fmt.Errorf("%w: group %q of queue %q", queue.ErrExists, g.Name, name)
+	}
+	m := q.meta
+	m.Groups = append(append([]groupMeta(nil), m.Groups...), groupMeta{ID: m.NextGroup, Group: g})
+	m.NextGroup++
+	if err := b.saveMeta(name, &m, nil); err != nil {
+		return err
+	}
+	q.meta = m
+	q.groups[g.Name] = newGroupRT(m.Groups[len(m.Groups)-1], q.cfg.Partitions)
+	return nil
+}
+
+// RemoveGroup implements queue.Backend.
+func (b *Backend) RemoveGroup(name, group string) error {
+	q, err := b.queue(name)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	g := q.groups[group]
+	if g == nil {
+		q.mu.Unlock()
+		return fmt.Errorf("%w: %q of queue %q", queue.ErrUnknownGroup, group, name)
+	}
+	m := q.meta
+	m.Groups = nil
+	for _, gm := range q.meta.Groups {
+		if gm.Name != group {
+			m.Groups = append(m.Groups, gm)
+		}
+	}
+	if err := b.saveMeta(name, &m, nil); err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	q.meta = m
+	delete(q.groups, group)
+	q.mu.Unlock()
+	_, _, err = b.deletePrefix(stateGroupPrefix(q.id, g.meta.ID))
+	b.Kick()
+	return err
+}
+
+// Rescale implements queue.Backend. Only the instance count changes: each
+// partition's cursor is per partition, and a partition is read by at most one
+// transaction at a time, so the new owner of a partition starts exactly where
+// the old owner's last committed transaction left it.
+func (b *Backend) Rescale(name, group string, instances int) error {
+	q, err := b.queue(name)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	g := q.groups[group]
+	if g == nil {
+		return fmt.Errorf("%w: %q of queue %q", queue.ErrUnknownGroup, group, name)
+	}
+	m := q.meta
+	m.Groups = append([]groupMeta(nil), m.Groups...)
+	for i := range m.Groups {
+		if m.Groups[i].Name == group {
+			m.Groups[i].Instances = instances
+		}
+	}
+	if err := b.saveMeta(name, &m, nil); err != nil {
+		return err
+	}
+	q.meta = m
+	g.meta.Instances = instances
+	return nil
+}
+
+// Maintain implements queue.Backend: one eviction pass, a full compaction
+// of the LSM (which drops evicted entries together with their tombstones,
+// and feeds value-log GC its discard statistics), then value-log GC until
+// Badger finds nothing worth rewriting. The background loop evicts and runs
+// GC without the compaction, leaving that to Badger's own compactors.
+func (b *Backend) Maintain() error {
+	if err := b.evict(); err != nil {
+		return err
+	}
+	if err := b.db.Flatten(1); err != nil {
+		return err
+	}
+	return b.gc()
+}
+
+func (b *Backend) gc() error {
+	for {
+		err := b.db.RunValueLogGC(b.opts.GCDiscardRatio)
+		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// Kick asks for an eviction pass soon.
+func (b *Backend) Kick() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (b *Backend) background() {
+	defer b.wg.Done()
+	var evictC, gcC <-chan time.Time
+	if b.opts.EvictInterval > 0 {
+		t := time.NewTicker(b.opts.EvictInterval)
+		defer t.Stop()
+		evictC = t.C
+	}
+	if b.opts.GCInterval > 0 {
+		t := time.NewTicker(b.opts.GCInterval)
+		defer t.Stop()
+		gcC = t.C
+	}
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-evictC:
+			_ = b.evict() // retried next tick; errors here mean the DB is closing
+		case <-b.kick:
+			_ = b.evict()
+		case <-gcC:
+			_ = b.gc()
+		}
+	}
+}
+
+// Close stops background work. It does not close the DB.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	close(b.stop)
+	b.wg.Wait()
+	if b.pruner != nil {
+		b.pruner.Unregister()
+	}
+	return nil
+}
+
+func (b *Backend) queueList() []*queueRT {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	qs := make([]*queueRT, 0, len(b.queues))
+	for _, q := range b.queues {
+		qs = append(qs, q)
+	}
+	sort.Slice(qs, func(i, j int) bool { return qs[i].name < qs[j].name })
+	return qs
+}
+
+// signalSpace wakes producers waiting for depth to shrink.
+func (q *queueRT) signalSpace() {
+	q.spaceMu.Lock()
+	close(q.space)
+	q.space = make(chan struct{})
+	q.spaceMu.Unlock()
+}

@@ -1,0 +1,79 @@
+package badgerq
+
+import (
+	"io/fs"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/queue/queuetest"
+	"github.com/flowrun/flowrun/tx"
+)
+
+// testDB opens a DB with the tuned options, scaled down (small value-log
+// files and memtables) so that space reclamation shows within a test.
+func testDB(t testing.TB, dir string) *badger.DB {
+	db, err := badger.Open(TunedOptions(dir, false).WithValueLogFileSize(4 << 20).WithMemTableSize(4 << 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				// Allocated blocks, not length: Badger preallocates sparse files.
+				if st, ok := info.Sys().(*syscall.Stat_t); ok {
+					n += st.Blocks * 512
+				} else {
+					n += info.Size()
+				}
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// newEnv opens a fresh backend; fast selects the single-store fast path
+// (BadgerLog) or the general path (in-memory coordinator, Persist/Rollback).
+func newEnv(t *testing.T, fast bool) *queuetest.Env {
+	dir := t.TempDir()
+	db := testDB(t, dir)
+	var log tx.Log
+	if fast {
+		bl, err := tx.NewBadgerLog(db, tx.BadgerLogOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		log = bl
+	}
+	coord, err := tx.Open(tx.Options{Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(db, Options{Coordinator: coord, FastPath: fast, EvictInterval: 20e6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		b.Close()
+		coord.Close()
+		db.Close()
+	})
+	return &queuetest.Env{Queues: queue.New(b), Coord: coord, DiskBytes: func() int64 { return dirBytes(dir) }}
+}
+
+func TestConformanceFastPath(t *testing.T) {
+	queuetest.Run(t, func(t *testing.T) *queuetest.Env { return newEnv(t, true) })
+}
+
+func TestConformanceGeneralPath(t *testing.T) {
+	queuetest.Run(t, func(t *testing.T) *queuetest.Env { return newEnv(t, false) })
+}

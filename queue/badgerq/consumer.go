@@ -1,0 +1,414 @@
+package badgerq
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/tx"
+)
+
+// consumer reads for one instance of a group. Cursor rules (per group,
+// partition and priority level; see levelState):
+//
+//   - The scan position only passes entries it has settled: delivered,
+//     expired, or written by an invalid transaction (pointer below the
+//     snapshot's first in-progress one and not visible).
+//   - When the scan reaches the end of what the transaction may see, the
+//     position moves to ReadPointer+1, and every pointer it passes that was
+//     in progress becomes a hole. A producer that commits later lands behind
+//     the position with exactly such a pointer; holes are read first on the
+//     next dequeue, so nothing is skipped, and they are dropped once visible
+//     and read, or once known invalid. Holes are few: at most the producers
+//     in flight at one moment.
+//   - Eviction may delete what lies below min(position, first hole) of every
+//     group.
+//
+// The new state of each partition read is written with the consumer's
+// transaction (staged on the fast path), so an abort leaves the committed
+// state untouched and the same entries come again.
+type consumer struct {
+	b        *Backend
+	q        *queueRT
+	g        *groupRT
+	instance int
+
+	t         *tx.Tx
+	work      map[int]*work
+	persisted bool
+	now       time.Time
+}
+
+// work is a partition leased by the current transaction.
+type work struct {
+	slot      *slot
+	prev      stateVersion
+	st        partState
+	changed   bool
+	delivered uint64
+	expired   uint64
+}
+
+var _ tx.Stager = (*consumer)(nil)
+
+// Consumer implements queue.Backend.
+func (b *Backend) Consumer(name, group string, instance int) (queue.ConsumerDriver, error) {
+	q, err := b.queue(name)
+	if err != nil {
+		return nil, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	g := q.groups[group]
+	if g == nil {
+		return nil, fmt.Errorf("%w: %q of queue %q", queue.ErrUnknownGroup, group, name)
+	}
+	if instance < 0 || instance >= g.meta.Instances {
+		return nil, fmt.Errorf("%w: %d of group %q (%d instances)", queue.ErrUnknownInstance, instance, group, g.meta.Instances)
+	}
+	return &consumer{b: b, q: q, g: g, instance: instance, work: map[int]*work{}}, nil
+}
+
+func (c *consumer) StartTx(t *tx.Tx) error {
+	c.releaseAll()
+	c.t = t
+	return nil
+}
+
+func (c *consumer) UpdateTx(t *tx.Tx) error { c.t = t; return nil }
+
+// candidates lists the partitions this instance may read now, under q.mu.
+func (c *consumer) candidatesLocked() ([]int, error) {
+	q, g := c.q, c.g
+	if q.deleted {
+		return nil, fmt.Errorf("%w: %q", queue.ErrUnknownQueue, q.name)
+	}
+	if q.groups[g.meta.Name] != g {
+		return nil, fmt.Errorf("%w: %q of queue %q", queue.ErrUnknownGroup, g.meta.Name, q.name)
+	}
+	n := g.meta.Instances
+	if c.instance >= n {
+		return nil, fmt.Errorf("%w: %d of group %q (now %d instances)", queue.ErrUnknownInstance, c.instance, g.meta.Name, n)
+	}
+	P := q.cfg.Partitions
+	var parts []int
+	if g.meta.Strategy == queue.FIFO {
+		start := int(g.fifo.Add(1)) % P
+		for i := range P {
+			parts = append(parts, (start+i)%P)
+		}
+	} else {
+		for p := c.instance; p < P; p += n {
+			parts = append(parts, p)
+		}
+	}
+	return parts, nil
+}
+
+// lease takes partition p for the current transaction unless another
+// consumer's transaction holds it (the previous owner, during a rescale).
+func (c *consumer) leaseLocked(p int) *work {
+	if w := c.work[p]; w != nil {
+		return w
+	}
+	s := c.g.slots[p]
+	if s.owner != nil {
+		return nil
+	}
+	s.owner = c
+	s.resolve(c.t)
+	w := &work{slot: s, prev: s.committed, st: s.committed.st.clone()}
+	c.work[p] = w
+	return w
+}
+
+// Dequeue implements queue.ConsumerDriver.
+func (c *consumer) Dequeue(max int) ([]queue.Entry, error) {
+	if c.t == nil {
+		return nil, queue.ErrNoTx
+	}
+	if max <= 0 {
+		return nil, nil
+	}
+	c.q.mu.Lock()
+	parts, err := c.candidatesLocked()
+	c.q.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	c.now = c.b.opts.Now()
+	txn := c.b.db.NewTransaction(false)
+	defer txn.Discard()
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: queuePrefix(c.q.id)})
+	defer it.Close()
+	var out []queue.Entry
+	for _, p := range parts {
+		if len(out) >= max {
+			break
+		}
+		c.q.mu.Lock()
+		_, had := c.work[p]
+		w := c.leaseLocked(p)
+		c.q.mu.Unlock()
+		if w == nil {
+			continue
+		}
+		if out, err = c.readPartition(it, p, w, max, out); err != nil {
+			return nil, err
+		}
+		if !had && !w.changed {
+			c.q.mu.Lock()
+			w.slot.owner = nil
+			delete(c.work, p)
+			c.q.mu.Unlock()
+		}
+	}
+	return out, nil
+}
+
+// readPartition appends up to max-len(out) entries of partition p, highest
+// priority level first.
+func (c *consumer) readPartition(it *badger.Iterator, p int, w *work, max int, out []queue.Entry) ([]queue.Entry, error) {
+	pp := partPrefix(c.q.id, uint16(p))
+	next := 0 // next priority level to look for, as 255-prio
+	for next <= maxPriorInv && len(out) < max {
+		it.Seek(append(pp, byte(next)))
+		if !it.ValidForPrefix(pp) {
+			break
+		}
+		inv := it.Item().Key()[partPfxLen]
+		prio := maxPriorInv - inv
+		next = int(inv) + 1
+		ls := w.st.level(prio)
+		lp := levelPrefix(c.q.id, uint16(p), prio)
+		var err error
+		// Holes first: they are older than anything at the scan position.
+		for i := 0; i < len(ls.holes) && len(out) < max; {
+			h := &ls.holes[i]
+			switch {
+			case c.t.Visible(h.wp):
+				var done bool
+				out, done, err = c.readRun(it, lp, p, prio, w, h, h.wp, h.wp, max, out)
+				if err != nil {
+					return nil, err
+				}
+				if !done {
+					i++
+					continue
+				}
+			case h.wp < c.t.FirstInProgress():
+				// invalid: never visible, nothing to read
+			default:
+				i++
+				continue
+			}
+			ls.holes = slices.Delete(ls.holes, i, i+1)
+			w.changed = true
+		}
+		if len(out) >= max {
+			break
+		}
+		old := ls.pos
+		var end bool
+		out, end, err = c.readRun(it, lp, p, prio, w, &ls.pos, 0, c.t.ReadPointer(), max, out)
+		if err != nil {
+			return nil, err
+		}
+		if end && ls.pos.wp <= c.t.ReadPointer() {
+			ls.pos = position{wp: c.t.ReadPointer() + 1}
+		}
+		for _, ip := range c.t.InProgress() {
+			if ip >= old.wp && ip < ls.pos.wp {
+				addHole(ls, ip)
+			}
+		}
+	}
+	return out, nil
+}
+
+func addHole(ls *levelState, wp uint64) {
+	i, found := slices.BinarySearchFunc(ls.holes, wp, func(h position, wp uint64) int {
+		switch {
+		case h.wp < wp:
+			return -1
+		case h.wp > wp:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		ls.holes = slices.Insert(ls.holes, i, position{wp: wp})
+	}
+}
+
+// readRun reads the entries of one level from *pos on, delivering visible
+// ones and moving *pos past everything it settles. With only != 0 it reads
+// just that producer pointer (a hole). It stops when out is full (end false)
+// or past maxWP / the level's end (end true).
+func (c *consumer) readRun(it *badger.Iterator, lp []byte, p int, prio uint8, w *work, pos *position, only, maxWP uint64, max int, out []queue.Entry) ([]queue.Entry, bool, error) {
+	t := c.t
+	ttl := c.q.cfg.TTL
+	seek := entrySeek(c.q.id, uint16(p), prio, pos.wp, pos.chunk)
+	for it.Seek(seek); it.ValidForPrefix(lp); it.Next() {
+		item := it.Item()
+		k, ok := decodeEntryKey(item.Key())
+		if !ok {
+			continue
+		}
+		if (only != 0 && k.wp != only) || k.wp > maxWP {
+			return out, true, nil
+		}
+		start := uint32(0)
+		if k.wp == pos.wp && k.chunk == pos.chunk {
+			start = pos.idx
+		}
+		after := position{wp: k.wp, chunk: k.chunk + 1}
+		if !t.Visible(k.wp) {
+			if k.wp >= t.FirstInProgress() {
+				// In progress, data already persisted (general path): a hole.
+				addHole(w.st.level(prio), k.wp)
+			}
+			*pos = after
+			w.changed = true
+			continue
+		}
+		if start >= k.count {
+			*pos = after
+			continue
+		}
+		if ttl > 0 && c.now.Sub(time.UnixMilli(k.ms)) > ttl {
+			n := uint64(k.count - start)
+			w.st.expired += n
+			w.expired += n
+			*pos = after
+			w.changed = true
+			continue
+		}
+		if len(out) >= max {
+			return out, false, nil
+		}
+		val, err := item.ValueCopy(nil)
+		if err != nil {
+			return out, false, err
+		}
+		r, err := newEventReader(val)
+		if err != nil {
+			return out, false, err
+		}
+		enq := time.UnixMilli(k.ms)
+		idx := uint32(0)
+		for ; idx < k.count && len(out) < max; idx++ {
+			var ev queue.Event
+			if err := r.next(&ev); err != nil {
+				return out, false, fmt.Errorf("badgerq: entry %d/%d/%d.%d: %w", p, prio, k.wp, k.chunk, err)
+			}
+			if idx < start {
+				continue
+			}
+			ev.Priority = prio
+			out = append(out, queue.Entry{ID: queue.EntryID{Partition: p, Priority: prio, Pointer: k.wp, Chunk: k.chunk, Index: idx}, Event: ev, Enqueued: enq})
+		}
+		w.delivered += uint64(idx - start)
+		w.st.consumed += uint64(idx - start)
+		w.changed = true
+		if idx < k.count {
+			*pos = position{wp: k.wp, chunk: k.chunk, idx: idx}
+			return out, false, nil
+		}
+		*pos = after
+	}
+	return out, true, nil
+}
+
+// ChangeKeys reports nothing. Leases already serialize the transactions of
+// one partition within the process that owns the DB, and a transaction that
+// takes over a partition right after another committed it reads that commit's
+// state: reporting the state keys would only turn every handoff into a
+// spurious write conflict.
+func (c *consumer) ChangeKeys() [][]byte { return nil }
+
+// Store implements tx.Stager.
+func (c *consumer) Store() any { return c.b.db }
+
+// Stage implements tx.Stager: the new cursor states commit with the step.
+func (c *consumer) Stage(dst []tx.Write) ([]tx.Write, error) {
+	for p, w := range c.work {
+		if w.changed {
+			dst = append(dst, tx.Write{
+				Key:   stateKey(c.q.id, c.g.meta.ID, uint16(p)),
+				Value: encodeStateValue(stateVersion{wp: c.t.WritePointer, st: w.st}),
+			})
+		}
+	}
+	return dst, nil
+}
+
+// Persist (general path) writes the new state next to the committed one.
+func (c *consumer) Persist() error {
+	wb := c.b.db.NewWriteBatch()
+	defer wb.Cancel()
+	for p, w := range c.work {
+		if w.changed {
+			v := encodeStateValue(stateVersion{wp: c.t.WritePointer, st: w.st}, w.prev)
+			if err := wb.Set(stateKey(c.q.id, c.g.meta.ID, uint16(p)), v); err != nil {
+				return err
+			}
+		}
+	}
+	c.persisted = true
+	return wb.Flush()
+}
+
+func (c *consumer) PostCommit() {
+	q := c.q
+	q.mu.Lock()
+	for _, w := range c.work {
+		if w.changed {
+			w.slot.committed = stateVersion{wp: c.t.WritePointer, st: w.st}
+		}
+	}
+	q.mu.Unlock()
+	c.persisted = false
+	c.releaseAll()
+	c.t = nil
+}
+
+// Rollback restores the committed states it overwrote (general path) and
+// gives the partitions back; the same entries will be read again.
+func (c *consumer) Rollback() error {
+	var err error
+	if c.persisted {
+		wb := c.b.db.NewWriteBatch()
+		for p, w := range c.work {
+			if w.changed {
+				if e := wb.Set(stateKey(c.q.id, c.g.meta.ID, uint16(p)), encodeStateValue(w.prev)); e != nil && err == nil {
+					err = e
+				}
+			}
+		}
+		if e := wb.Flush(); e != nil && err == nil {
+			err = e
+		}
+		c.persisted = false
+	}
+	c.releaseAll()
+	c.t = nil
+	return err
+}
+
+func (c *consumer) releaseAll() {
+	if len(c.work) == 0 {
+		return
+	}
+	c.q.mu.Lock()
+	for p, w := range c.work {
+		if w.slot.owner == c {
+			w.slot.owner = nil
+		}
+		delete(c.work, p)
+	}
+	c.q.mu.Unlock()
+}

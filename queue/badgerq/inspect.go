@@ -1,0 +1,167 @@
+package badgerq
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/flowrun/flowrun/queue"
+)
+
+// Info implements queue.Backend. Lag is counted from entry keys and the
+// groups' committed cursors; no value is read.
+func (b *Backend) Info(name string) (queue.QueueInfo, error) {
+	q, err := b.queue(name)
+	if err != nil {
+		return queue.QueueInfo{}, err
+	}
+	return b.info(q)
+}
+
+// Queues implements queue.Backend.
+func (b *Backend) Queues() ([]queue.QueueInfo, error) {
+	var out []queue.QueueInfo
+	for _, q := range b.queueList() {
+		info, err := b.info(q)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+type groupView struct {
+	info   queue.GroupInfo
+	states []partState
+}
+
+func (b *Backend) info(q *queueRT) (queue.QueueInfo, error) {
+	q.mu.Lock()
+	var views []*groupView
+	for _, gm := range q.meta.Groups {
+		g := q.groups[gm.Name]
+		v := &groupView{info: queue.GroupInfo{Group: g.meta.Group}, states: make([]partState, len(g.slots))}
+		for p, s := range g.slots {
+			if st := s.evictView(); st != nil {
+				v.states[p] = st.clone()
+				v.info.Consumed += int64(st.consumed)
+				v.info.Expired += int64(st.expired)
+			}
+		}
+		views = append(views, v)
+	}
+	q.mu.Unlock()
+	info := queue.QueueInfo{Name: q.name, Config: q.cfg, Events: q.events.Load(), Bytes: q.bytes.Load(), Expired: q.expired.Load()}
+	err := b.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: queuePrefix(q.id)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k, ok := decodeEntryKey(it.Item().Key())
+			if !ok {
+				continue
+			}
+			for _, v := range views {
+				v.info.Lag += int64(undone(v.states[k.part].find(k.prio), &k))
+			}
+		}
+		return nil
+	})
+	for _, v := range views {
+		info.Groups = append(info.Groups, v.info)
+	}
+	return info, err
+}
+
+// undone is how many events of entry k a group with level state l has not
+// consumed yet.
+func undone(l *levelState, k *entryKey) uint32 {
+	if l == nil {
+		return k.count
+	}
+	i, isHole := slices.BinarySearchFunc(l.holes, k.wp, func(h position, wp uint64) int {
+		switch {
+		case h.wp < wp:
+			return -1
+		case h.wp > wp:
+			return 1
+		}
+		return 0
+	})
+	pos := l.pos
+	if isHole {
+		pos = l.holes[i]
+	}
+	switch at := (position{wp: k.wp, chunk: k.chunk}); {
+	case isHole && k.chunk < pos.chunk, !isHole && at.less(position{wp: pos.wp, chunk: pos.chunk}):
+		return 0
+	case k.wp == pos.wp && k.chunk == pos.chunk:
+		return k.count - min(k.count, pos.idx)
+	}
+	return k.count
+}
+
+// Scan implements queue.Backend: HQueue's queue, partition and combined
+// scanners in one call.
+func (b *Backend) Scan(name string, opts queue.ScanOptions, fn func(queue.Entry) bool) error {
+	q, err := b.queue(name)
+	if err != nil {
+		return err
+	}
+	parts := opts.Partitions
+	if parts == nil {
+		for p := range q.cfg.Partitions {
+			parts = append(parts, p)
+		}
+	}
+	n := 0
+	return b.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: queuePrefix(q.id)})
+		defer it.Close()
+		for _, p := range parts {
+			pp := partPrefix(q.id, uint16(p))
+			for it.Seek(pp); it.ValidForPrefix(pp); it.Next() {
+				item := it.Item()
+				k, ok := decodeEntryKey(item.Key())
+				if !ok {
+					continue
+				}
+				if k.wp < opts.From || (opts.To != 0 && k.wp > opts.To) {
+					continue
+				}
+				enq := time.UnixMilli(k.ms)
+				if (!opts.Since.IsZero() && enq.Before(opts.Since)) || (!opts.Until.IsZero() && enq.After(opts.Until)) {
+					continue
+				}
+				if opts.Tx != nil && !opts.Tx.Visible(k.wp) {
+					continue
+				}
+				val, err := item.ValueCopy(nil)
+				if err != nil {
+					return err
+				}
+				r, err := newEventReader(val)
+				if err != nil {
+					return err
+				}
+				for idx := uint32(0); idx < k.count; idx++ {
+					var ev queue.Event
+					if err := r.next(&ev); err != nil {
+						return fmt.Errorf("badgerq: entry %d/%d/%d.%d: %w", p, k.prio, k.wp, k.chunk, err)
+					}
+					ev.Priority = k.prio
+					e := queue.Entry{ID: queue.EntryID{Partition: p, Priority: k.prio, Pointer: k.wp, Chunk: k.chunk, Index: idx}, Event: ev, Enqueued: enq}
+					if !fn(e) {
+						return nil
+					}
+					if n++; opts.Limit > 0 && n >= opts.Limit {
+						return nil
+					}
+				}
+			}
+		}
+		return nil
+	})
+}

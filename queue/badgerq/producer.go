@@ -1,0 +1,232 @@
+package badgerq
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/tx"
+)
+
+// producer buffers a transaction's events per (partition, priority) and
+// writes each run as one packed value keyed by the transaction's write
+// pointer. It reports no change keys: producers never conflict.
+type producer struct {
+	b *Backend
+	q *queueRT
+	t *tx.Tx
+
+	bufs  []*runBuf
+	index map[uint32]int // part<<8 | prio → bufs index
+
+	rrPart, rrLeft int   // keyless events: current partition and room left in it
+	events, bytes  int64 // reserved against the depth limit
+	persisted      [][]byte
+}
+
+type runBuf struct {
+	part   uint16
+	prio   uint8
+	chunks []chunk
+}
+
+type chunk struct {
+	val         []byte
+	count, size uint32
+}
+
+var _ tx.Stager = (*producer)(nil)
+
+// Producer implements queue.Backend.
+func (b *Backend) Producer(name string) (queue.ProducerDriver, error) {
+	q, err := b.queue(name)
+	if err != nil {
+		return nil, err
+	}
+	return &producer{b: b, q: q, index: map[uint32]int{}}, nil
+}
+
+func (p *producer) StartTx(t *tx.Tx) error {
+	p.reset()
+	p.t = t
+	p.rrLeft = 0
+	return nil
+}
+
+func (p *producer) UpdateTx(t *tx.Tx) error { p.t = t; return nil }
+
+func (p *producer) ChangeKeys() [][]byte { return nil }
+
+// Enqueue buffers ev; it reaches the store when the transaction commits.
+func (p *producer) Enqueue(ctx context.Context, ev queue.Event) error {
+	if p.t == nil {
+		return queue.ErrNoTx
+	}
+	q := p.q
+	if q.isDeleted() {
+		return fmt.Errorf("%w: %q", queue.ErrUnknownQueue, q.name)
+	}
+	size := int64(ev.Size())
+	if err := q.reserve(ctx, p.b, 1, size); err != nil {
+		return err
+	}
+	p.events++
+	p.bytes += size
+
+	var part int
+	if ev.Key != nil {
+		part = int(xxhash.Sum64(ev.Key) % uint64(q.cfg.Partitions))
+	} else {
+		if p.rrLeft == 0 {
+			p.rrPart = int(q.rr.Add(1)) % q.cfg.Partitions
+			p.rrLeft = p.b.opts.SpreadRun
+		}
+		part = p.rrPart
+		p.rrLeft--
+	}
+	bk := uint32(part)<<8 | uint32(ev.Priority)
+	i, ok := p.index[bk]
+	if !ok {
+		i = len(p.bufs)
+		p.index[bk] = i
+		p.bufs = append(p.bufs, &runBuf{part: uint16(part), prio: ev.Priority})
+	}
+	rb := p.bufs[i]
+	if n := len(rb.chunks); n == 0 || len(rb.chunks[n-1].val) >= p.b.opts.ChunkBytes {
+		rb.chunks = append(rb.chunks, chunk{val: append(make([]byte, 0, 512), valueVersion)})
+	}
+	c := &rb.chunks[len(rb.chunks)-1]
+	c.val = appendEvent(c.val, &ev)
+	c.count++
+	c.size += uint32(size)
+	return nil
+}
+
+// Store implements tx.Stager.
+func (p *producer) Store() any { return p.b.db }
+
+// Stage implements tx.Stager: the packed values go into the commit's atomic write.
+func (p *producer) Stage(dst []tx.Write) ([]tx.Write, error) {
+	ms := p.b.opts.Now().UnixMilli()
+	for _, rb := range p.bufs {
+		for i, c := range rb.chunks {
+			k := entryKey{qid: p.q.id, part: rb.part, prio: rb.prio, wp: p.t.WritePointer, chunk: uint32(i), count: c.count, size: c.size, ms: ms}
+			dst = append(dst, tx.Write{Key: k.encode(make([]byte, 0, entryKeyLen)), Value: c.val})
+		}
+	}
+	return dst, nil
+}
+
+// Persist writes the values directly (general path); Rollback deletes them.
+// Consumers never deliver them before the transaction is visible.
+func (p *producer) Persist() error {
+	writes, _ := p.Stage(nil)
+	wb := p.b.db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, w := range writes {
+		p.persisted = append(p.persisted, w.Key)
+		if err := wb.Set(w.Key, w.Value); err != nil {
+			return err
+		}
+	}
+	return wb.Flush()
+}
+
+func (p *producer) PostCommit() {
+	q := p.q
+	q.events.Add(p.events)
+	q.bytes.Add(p.bytes)
+	q.release(p.events, p.bytes, false)
+	p.events, p.bytes = 0, 0
+	p.reset()
+}
+
+func (p *producer) Rollback() error {
+	var err error
+	if len(p.persisted) > 0 {
+		err = p.b.db.Update(func(txn *badger.Txn) error {
+			for _, k := range p.persisted {
+				if err := txn.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	p.q.release(p.events, p.bytes, true)
+	p.events, p.bytes = 0, 0
+	p.reset()
+	return err
+}
+
+func (p *producer) reset() {
+	p.t = nil
+	p.bufs = p.bufs[:0]
+	clear(p.index)
+	p.persisted = nil
+}
+
+func (q *queueRT) isDeleted() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.deleted
+}
+
+// reserve counts n events of size bytes against the depth limit, waiting up
+// to FullWait (and ctx) for eviction to make room.
+func (q *queueRT) reserve(ctx context.Context, b *Backend, n, size int64) error {
+	cfg := &q.cfg
+	if cfg.MaxEvents == 0 && cfg.MaxBytes == 0 {
+		q.resEvents.Add(n)
+		q.resBytes.Add(size)
+		return nil
+	}
+	var deadline <-chan time.Time
+	for {
+		q.spaceMu.Lock()
+		ev := q.events.Load() + q.resEvents.Load()
+		by := q.bytes.Load() + q.resBytes.Load()
+		fits := (cfg.MaxEvents == 0 || ev+n <= cfg.MaxEvents) && (cfg.MaxBytes == 0 || by+size <= cfg.MaxBytes)
+		if fits {
+			q.resEvents.Add(n)
+			q.resBytes.Add(size)
+			q.spaceMu.Unlock()
+			return nil
+		}
+		wait := q.space
+		q.spaceMu.Unlock()
+		full := &queue.FullError{Queue: q.name, Events: ev, Bytes: by, MaxEvents: cfg.MaxEvents, Max: cfg.MaxBytes}
+		if cfg.FullWait == 0 {
+			return full
+		}
+		if deadline == nil {
+			t := time.NewTimer(cfg.FullWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		b.Kick()
+		select {
+		case <-wait:
+		case <-deadline:
+			return full
+		case <-ctx.Done():
+			return fmt.Errorf("%w (%w)", full, ctx.Err())
+		}
+	}
+}
+
+// release drops a producer's reservation; on abort that frees room at once.
+func (q *queueRT) release(n, size int64, freed bool) {
+	if n == 0 {
+		return
+	}
+	q.resEvents.Add(-n)
+	q.resBytes.Add(-size)
+	if freed && (q.cfg.MaxEvents > 0 || q.cfg.MaxBytes > 0) {
+		q.signalSpace()
+	}
+}

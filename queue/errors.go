@@ -1,0 +1,49 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error of this package and of a conforming Backend
+// wraps one of them, so callers test with errors.Is.
+var (
+	// ErrBadName: a queue or group name is empty, too long or not a plain
+	// identifier (no path separators, no leading dot).
+	ErrBadName = errors.New("queue: invalid name")
+	// ErrBadConfig: a queue or group configuration is out of range.
+	ErrBadConfig = errors.New("queue: invalid configuration")
+	// ErrExists: a queue or group of that name exists already.
+	ErrExists = errors.New("queue: already exists")
+	// ErrUnknownQueue: no queue of that name (or it was deleted).
+	ErrUnknownQueue = errors.New("queue: unknown queue")
+	// ErrUnknownGroup: the queue has no consumer group of that name.
+	ErrUnknownGroup = errors.New("queue: unknown consumer group")
+	// ErrUnknownInstance: the instance number is outside the group's current
+	// instance count (e.g. after the group was scaled down).
+	ErrUnknownInstance = errors.New("queue: unknown group instance")
+	// ErrEventTooLarge: an event exceeds the queue's MaxEventBytes.
+	ErrEventTooLarge = errors.New("queue: event too large")
+	// ErrQueueFull: the queue is at its maximum depth (and the configured
+	// wait, if any, ran out).
+	ErrQueueFull = errors.New("queue: queue full")
+	// ErrNoTx: Enqueue or Dequeue outside a transaction.
+	ErrNoTx = errors.New("queue: no transaction in progress")
+	// ErrClosed: the backend was closed.
+	ErrClosed = errors.New("queue: backend closed")
+)
+
+// FullError details an ErrQueueFull.
+type FullError struct {
+	Queue          string
+	Events, Bytes  int64 // depth when refused, including in-flight enqueues
+	MaxEvents, Max int64 // limits (0 = none); Max is MaxBytes
+}
+
+func (e *FullError) Error() string {
+	return fmt.Sprintf("queue: queue %q full: %d events / %d bytes (max %d events / %d bytes)",
+		e.Queue, e.Events, e.Bytes, e.MaxEvents, e.Max)
+}
+
+// Is makes a FullError match ErrQueueFull.
+func (e *FullError) Is(target error) bool { return target == ErrQueueFull }
