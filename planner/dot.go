@@ -5,8 +5,8 @@ import (
 	"strings"
 )
 
-// DOT renders the plan as a Graphviz digraph ("flowrun plan -dot | dot
-// -Tsvg"): flowlets are nodes labelled with their type or plugin and
+// DOT renders the plan as a Graphviz digraph (render with dot -Tsvg):
+// flowlets are nodes labelled with their type or plugin and
 // instance count; each consumer group is an edge from the queue's producer,
 // labelled with the queue and the group's strategy.
 func (p *Plan) DOT() string {

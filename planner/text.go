@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Text renders the plan for humans ("flowrun plan"): flowlets in the order
+// Text renders the plan for humans: flowlets in the order
 // they are started, with every default filled in, then the queues and their
 // consumer groups. The output is deterministic, which the golden tests use.
 func (p *Plan) Text() string {
