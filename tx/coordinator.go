@@ -397,9 +397,12 @@ func (c *Coordinator) Commit(tx *Tx) error {
 	return c.commit(tx, nil, nil, false)
 }
 
-// commitStaged is the single-store fast path: conflict check, then the staged
-// writes and the commit record in one atomic log write, then finalization.
-func (c *Coordinator) commitStaged(tx *Tx, changes [][]byte, writes []Write) error {
+// CommitWith commits in one step: conflict check of changes, then writes and
+// the commit record in one atomic, durable log write (one sync instead of
+// CanCommit's and Commit's two). It is the single-store fast path that
+// Context.Finish takes for Stagers; writes need an AtomicLog. Use it without
+// writes only when no participant persisted anything for tx beforehand.
+func (c *Coordinator) CommitWith(tx *Tx, changes [][]byte, writes []Write) error {
 	keys, err := c.hashKeys(changes)
 	if err != nil {
 		return err

@@ -36,8 +36,8 @@ func crash(c *Coordinator) {
 	c.mu.Unlock()
 	close(c.stop)
 	c.done.Wait()
-	if fl, ok := c.log.(*FileLog); ok && fl.f != nil {
-		fl.f.Close()
+	if fl, ok := c.log.(*FileLog); ok && fl.seg != nil {
+		fl.seg.close() // unmapping keeps what was copied, as the OS does for a killed process
 	}
 }
 
@@ -215,21 +215,20 @@ func TestTornTail(t *testing.T) {
 	crash(c)
 	segs, _ := filepath.Glob(filepath.Join(dir, "wal-*.log"))
 	seg := segs[len(segs)-1]
-	fi, _ := os.Stat(seg)
-	// A crash in the middle of writing the last batch: cut it in half.
+	// A crash in the middle of copying the last batch: zero its second half.
 	b, _ := os.ReadFile(seg)
-	lastFrame := 0
-	for off := 0; off < len(b); {
-		_, size, ok := nextFrame(b[off:])
+	lastFrame, end := 0, 0
+	for end < len(b) && !zeroHeader(b[end:]) {
+		_, size, ok := nextFrame(b[end:])
 		if !ok {
 			t.Fatal("intact log does not parse")
 		}
-		lastFrame = off
-		off += size
+		lastFrame, end = end, end+size
 	}
-	if err := os.Truncate(seg, int64(lastFrame+(int(fi.Size())-lastFrame)/2)); err != nil {
-		t.Fatal(err)
-	}
+	f, _ := os.OpenFile(seg, os.O_WRONLY, 0)
+	mid := lastFrame + (end-lastFrame)/2
+	f.WriteAt(make([]byte, end-mid), int64(mid))
+	f.Close()
 	c2 := openFileCoord(t, dir, Options{})
 	if rp := c2.ReadPointer(); rp != ids[3] {
 		t.Fatalf("read pointer %d, want %d (the torn commit is dropped)", rp, ids[3])
@@ -264,6 +263,50 @@ func TestTornTail(t *testing.T) {
 		}
 	}
 	t.Fatal("no earlier segment to damage")
+}
+
+func TestSegmentsRoll(t *testing.T) {
+	dir := t.TempDir()
+	l, err := OpenFileLog(dir, FileLogOptions{Sync: true, SegmentSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(Options{Log: l, ExpiryInterval: -1, SnapshotEvery: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *Tx
+	for i := 0; i < 2000; i++ {
+		last = must[*Tx](t)(c.StartShort(time.Minute))
+		if err := c.CanCommit(last, [][]byte{{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Commit(last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crash(c)
+	if segs, _ := filepath.Glob(filepath.Join(dir, "wal-*.log")); len(segs) < 10 {
+		t.Fatalf("expected the log to roll over many 4 KiB segments, got %d", len(segs))
+	}
+	l2, _ := OpenFileLog(dir, FileLogOptions{Sync: true, SegmentSize: 4096})
+	c2, err := Open(Options{Log: l2, ExpiryInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if c2.ReadPointer() != last.ID {
+		t.Fatalf("read pointer %d, want %d", c2.ReadPointer(), last.ID)
+	}
+	// A batch larger than a segment is refused, not half-written.
+	big := &Batch{Edits: []Edit{{Kind: EditCommitting, Keys: make([]uint64, 1000)}}, Wait: true}
+	if err := l2.Append(big); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversized batch = %v", err)
+	}
+	tx := must[*Tx](t)(c2.StartShort(time.Minute))
+	if err := c2.Commit(tx); err != nil {
+		t.Fatalf("the log must stay usable after refusing a batch: %v", err)
+	}
 }
 
 func TestBadgerLogFastPath(t *testing.T) {

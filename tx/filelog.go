@@ -13,10 +13,14 @@ import (
 
 // FileLogOptions configure a FileLog.
 type FileLogOptions struct {
-	// Sync makes every waited Append fsync before returning (durable mode).
-	// Without it appends are written to the OS before returning, so they
-	// survive a killed process but not a power failure.
+	// Sync makes every waited Append sync to disk before returning (durable
+	// mode). Without it appends are copied into the segment's shared memory
+	// map before returning, so they survive a killed process but not a power
+	// failure.
 	Sync bool
+	// SegmentSize is the size of each preallocated, memory-mapped segment
+	// file. Default 64 MiB.
+	SegmentSize int
 }
 
 // FileLog is the general edit log: segment files of CRC-framed batches in one
@@ -25,20 +29,25 @@ type FileLogOptions struct {
 // wait, so N committers share one fsync.
 //
 // Directory layout: wal-<seq>.log segments (hex seq), snap-<seq>.bin snapshots
-// covering every segment below <seq>.
+// covering every segment below <seq>. Segments are preallocated and memory
+// mapped: appending is a copy, and a never-written rest reads as zeros.
 type FileLog struct {
-	dir  string
-	sync bool
+	dir     string
+	sync    bool
+	segSize int
 
 	mu        sync.Mutex
 	cond      *sync.Cond
-	f         *os.File
+	seg       *segment
 	seq       uint64 // current segment
 	pending   []byte // encoded edits not yet written
 	frame     []byte // reused buffer for the frame being written
 	appended  uint64 // batches appended
-	written   uint64 // batches written (and synced, in Sync mode)
-	flushing  bool
+	written   uint64 // batches copied into a segment
+	synced    uint64 // batches synced (Sync mode)
+	syncedSeg *segment
+	syncedOff int
+	flushing  bool // a leader is syncing
 	err       error
 	closed    bool
 	recovered bool
@@ -50,7 +59,10 @@ func OpenFileLog(dir string, opts FileLogOptions) (*FileLog, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("tx: file log: %w", err)
 	}
-	l := &FileLog{dir: dir, sync: opts.Sync}
+	if opts.SegmentSize <= 0 {
+		opts.SegmentSize = 64 << 20
+	}
+	l := &FileLog{dir: dir, sync: opts.Sync, segSize: opts.SegmentSize}
 	l.cond = sync.NewCond(&l.mu)
 	return l, nil
 }
@@ -131,6 +143,10 @@ func (l *FileLog) Recover() (*State, []Edit, error) {
 		}
 		off := 0
 		for off < len(b) {
+			if zeroHeader(b[off:]) {
+				off = len(b) // the preallocated, never written rest
+				break
+			}
 			payload, size, ok := nextFrame(b[off:])
 			if !ok {
 				break
@@ -158,17 +174,17 @@ func (l *FileLog) Recover() (*State, []Edit, error) {
 }
 
 func (l *FileLog) openSegment(seq uint64) error {
-	f, err := os.OpenFile(l.segPath(seq), os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_EXCL, 0o644)
+	seg, err := createSegment(l.segPath(seq), l.segSize)
 	if err != nil {
 		return fmt.Errorf("tx: file log: %w", err)
 	}
 	if l.sync {
 		if err := syncDir(l.dir); err != nil {
-			f.Close()
+			seg.close()
 			return err
 		}
 	}
-	l.f, l.seq = f, seq
+	l.seg, l.seq = seg, seq
 	return nil
 }
 
@@ -182,8 +198,10 @@ func syncDir(dir string) error {
 }
 
 // Append adds b's edits to the log. With b.Wait it returns once they (and
-// everything appended before) are written, and synced in Sync mode; the caller
-// that finds no flush running becomes the leader and flushes for everyone.
+// everything appended before) are in the segment's shared memory map, which
+// the OS keeps if the process dies, and in Sync mode once they are synced;
+// the caller that finds no sync running becomes the leader and syncs for
+// everyone waiting behind it.
 func (l *FileLog) Append(b *Batch) error {
 	if len(b.Writes) > 0 {
 		return errors.New("tx: file log cannot store participant writes; use BadgerLog for the fast path")
@@ -193,11 +211,16 @@ func (l *FileLog) Append(b *Batch) error {
 	if l.err != nil {
 		return l.err
 	}
-	if l.f == nil {
+	if l.seg == nil {
 		return errors.New("tx: file log: not recovered or closed")
 	}
+	before := len(l.pending)
 	for i := range b.Edits {
 		l.pending = appendEdit(l.pending, &b.Edits[i])
+	}
+	if n := len(l.pending) - before; n+8 > l.segSize {
+		l.pending = l.pending[:before] // refused whole; the log stays usable
+		return fmt.Errorf("%w: a batch of %d bytes exceeds the log segment size %d", ErrTooLarge, n, l.segSize)
 	}
 	if len(b.Edits) > 0 {
 		l.appended++
@@ -206,40 +229,81 @@ func (l *FileLog) Append(b *Batch) error {
 		return nil
 	}
 	mine := l.appended
-	for l.written < mine && l.err == nil {
+	if !l.sync {
+		// Copying into the map is all it takes to survive a killed process.
+		if l.written < mine {
+			l.writeLocked()
+		}
+		return l.err
+	}
+	for l.synced < mine && l.err == nil {
 		if l.flushing {
 			l.cond.Wait()
 			continue
 		}
-		l.flushLocked()
+		l.syncLocked()
 	}
 	return l.err
 }
 
-// flushLocked writes everything pending as one frame, dropping the lock
-// during the I/O so that others can queue up behind it.
-func (l *FileLog) flushLocked() {
-	upTo := l.appended
+// writeLocked copies everything pending into the segment as one frame,
+// rolling to a new segment when it is full.
+func (l *FileLog) writeLocked() {
 	if len(l.pending) == 0 {
-		l.written = upTo
+		l.written = l.appended
 		return
 	}
-	l.flushing = true
-	frame := appendFrame(l.frame[:0], l.pending)
-	l.pending = l.pending[:0] // the frame holds a copy; others append meanwhile
-	f := l.f
-	l.mu.Unlock()
-	_, err := f.Write(frame)
-	if err == nil && l.sync {
-		err = f.Sync()
+	l.frame = appendFrame(l.frame[:0], l.pending)
+	if !l.seg.fits(len(l.frame)) {
+		if err := l.rollLocked(); err != nil {
+			l.err = fmt.Errorf("tx: file log: %w", err)
+			return
+		}
+		if !l.seg.fits(len(l.frame)) {
+			l.err = fmt.Errorf("%w: a batch of %d bytes exceeds the segment size", ErrTooLarge, len(l.frame))
+			return
+		}
 	}
+	l.seg.write(l.frame)
+	l.pending = l.pending[:0]
+	l.written = l.appended
+}
+
+// rollLocked moves to a new segment, syncing the full one first in Sync mode.
+func (l *FileLog) rollLocked() error {
+	old := l.seg
+	if err := l.openSegment(l.seq + 1); err != nil {
+		return err
+	}
+	if l.sync {
+		if err := old.sync(0, old.off); err != nil {
+			return err
+		}
+	}
+	return old.close()
+}
+
+// syncLocked writes what is pending and syncs it, dropping the lock during
+// the sync so that others can queue up behind it: N waiters share one sync.
+func (l *FileLog) syncLocked() {
+	l.writeLocked()
+	if l.err != nil {
+		return
+	}
+	upTo, seg, from, to := l.written, l.seg, l.syncedOff, l.seg.off
+	if seg != l.syncedSeg {
+		from = 0
+	}
+	l.flushing = true
+	l.mu.Unlock()
+	err := seg.sync(from, to)
 	l.mu.Lock()
-	l.frame = frame[:0]
 	l.flushing = false
 	if err != nil {
 		l.err = fmt.Errorf("tx: file log: %w", err)
 	} else {
-		l.written = upTo
+		l.synced = max(l.synced, upTo)
+		l.syncedSeg, l.syncedOff = seg, to
 	}
 	l.cond.Broadcast()
 }
@@ -257,26 +321,18 @@ func (l *FileLog) Snapshot(s *State) (func() error, error) {
 	}
 	// Edits still pending are reflected in s; write them anyway so that the
 	// old segments alone stay a complete record if the snapshot never lands.
-	if len(l.pending) > 0 {
-		if _, err := l.f.Write(appendFrame(nil, l.pending)); err != nil {
+	l.writeLocked()
+	if l.err == nil {
+		if err := l.rollLocked(); err != nil {
 			l.err = fmt.Errorf("tx: file log: %w", err)
-			l.mu.Unlock()
-			return nil, l.err
 		}
-		l.pending = l.pending[:0]
 	}
-	l.written = l.appended
-	old := l.f
-	err := l.openSegment(l.seq + 1)
-	seq := l.seq
+	l.synced = l.written
+	seq, err := l.seq, l.err
 	l.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	if err := old.Sync(); err != nil {
-		return nil, err
-	}
-	old.Close()
 	payload := encodeState(s)
 	return func() error { return l.writeSnapshot(seq, payload) }, nil
 }
@@ -324,7 +380,7 @@ func writeFileSync(path string, b []byte) error {
 	return f.Close()
 }
 
-// Close flushes what is pending and closes the current segment.
+// Close writes and syncs what is pending and closes the current segment.
 func (l *FileLog) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -335,13 +391,17 @@ func (l *FileLog) Close() error {
 		l.cond.Wait()
 	}
 	l.closed = true
-	if l.f == nil {
+	if l.seg == nil {
 		return nil
 	}
-	if l.err == nil && len(l.pending) > 0 {
-		l.flushLocked()
+	if l.err == nil {
+		l.writeLocked()
 	}
-	err := l.f.Close()
-	l.f = nil
-	return errors.Join(l.err, err)
+	var err error
+	if l.err == nil {
+		err = l.seg.sync(0, l.seg.off)
+	}
+	err = errors.Join(l.err, err, l.seg.close())
+	l.seg = nil
+	return err
 }

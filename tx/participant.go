@@ -133,7 +133,7 @@ func (x *Context) Finish() error {
 				return x.Abort(fmt.Errorf("tx: stage: %w", err))
 			}
 		}
-		err = x.c.commitStaged(tx, x.keys, x.writes)
+		err = x.c.CommitWith(tx, x.keys, x.writes)
 		clear(x.writes) // drop references to the payloads
 	} else {
 		if err = x.c.CanCommit(tx, x.keys); err != nil {
