@@ -1,0 +1,270 @@
+package state
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// GCStats says what a GC pass did.
+type GCStats struct {
+	Keys    int // user keys examined
+	Deleted int // versions deleted
+	Folded  int // counter deltas folded into a base
+}
+
+// GC removes the versions of the flowlet's tables and counters that no reader
+// can need any more and returns what it did. Results of every read are the
+// same before and after.
+//
+// bound must be safe: every version below it is settled (its transaction
+// committed, or is in invalid), no version below it will be written again,
+// and every transaction still in progress sees every committed version below
+// it. A transaction's own FirstInProgress is not enough, because an older
+// transaction may still be running; Watermark computes a safe bound from the
+// coordinator. invalid is the coordinator's invalid list, sorted
+// (Coordinator.InvalidList).
+//
+// Below bound, GC deletes versions of invalid transactions; in a table it
+// keeps only the newest committed version of each key (none if that is a
+// delete); in a counter table it folds the committed deltas into one base
+// value. Versions at or above bound are never touched. Each key is rewritten
+// atomically, so GC may run concurrently with steps, with other GC passes,
+// and be interrupted at any point.
+func (s *Store) GC(bound uint64, invalid []uint64) (GCStats, error) {
+	var st GCStats
+	g := &gcBatch{db: s.db}
+	defer g.discard()
+
+	var group []gcVersion // one user key's versions, newest first
+	var enc []byte
+	flush := func() error {
+		if len(group) == 0 {
+			return nil
+		}
+		st.Keys++
+		err := s.gcKey(g, &st, group, bound, invalid)
+		group = group[:0]
+		return err
+	}
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: s.prefix, PrefetchValues: false})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			k := item.Key()
+			if !bytes.Equal(encodedUserKey(k), enc) {
+				if err := flush(); err != nil {
+					return err
+				}
+				enc = append(enc[:0], encodedUserKey(k)...)
+			}
+			v := gcVersion{key: item.KeyCopy(nil), wp: ^beUint64(k[len(k)-versionLen:])}
+			if v.wp < bound {
+				counter := len(k) > len(s.prefix) && k[len(s.prefix)] == kindCounter
+				if err := item.Value(func(b []byte) error {
+					if counter {
+						var err error
+						v.tag, v.count, err = decodeCount(b)
+						return err
+					}
+					if len(b) > 0 {
+						v.tag = b[0]
+					}
+					return nil
+				}); err != nil {
+					return err
+				}
+			}
+			group = append(group, v)
+		}
+		return flush()
+	})
+	if err == nil {
+		err = g.commit()
+	}
+	return st, err
+}
+
+type gcVersion struct {
+	key   []byte
+	wp    uint64
+	tag   byte
+	count int64
+}
+
+// gcChunk bounds the versions one atomic rewrite touches.
+const gcChunk = 256
+
+func (s *Store) gcKey(g *gcBatch, st *GCStats, vs []gcVersion, bound uint64, invalid []uint64) error {
+	counter := vs[0].key[len(s.prefix)] == kindCounter
+	var dels [][]byte
+	var settled []gcVersion // committed versions below bound, newest first
+	for _, v := range vs {
+		if v.wp >= bound {
+			continue
+		}
+		if _, bad := slices.BinarySearch(invalid, v.wp); bad {
+			dels = append(dels, v.key)
+			continue
+		}
+		settled = append(settled, v)
+	}
+	if !counter {
+		// Every version older than the newest settled one is shadowed, and
+		// so is that one if it is a delete. Any subset of these deletions
+		// leaves reads unchanged, so they need no atomicity.
+		if len(settled) > 0 {
+			for _, v := range settled[1:] {
+				dels = append(dels, v.key)
+			}
+			if settled[0].tag == tagTombstone {
+				dels = append(dels, settled[0].key)
+			}
+		}
+		st.Deleted += len(dels)
+		for len(dels) > 0 {
+			n := min(len(dels), gcChunk)
+			if err := g.apply(nil, nil, dels[:n]); err != nil {
+				return err
+			}
+			dels = dels[n:]
+		}
+		return nil
+	}
+	// Invalid deltas are invisible to everyone: delete them freely.
+	st.Deleted += len(dels)
+	for len(dels) > 0 {
+		n := min(len(dels), gcChunk)
+		if err := g.apply(nil, nil, dels[:n]); err != nil {
+			return err
+		}
+		dels = dels[n:]
+	}
+	// Versions older than the newest settled base are already in it.
+	for i, v := range settled {
+		if v.tag == tagBase {
+			for _, o := range settled[i+1:] {
+				dels = append(dels, o.key)
+			}
+			settled = settled[:i+1]
+			break
+		}
+	}
+	if len(dels) > 0 {
+		st.Deleted += len(dels)
+		for len(dels) > 0 {
+			n := min(len(dels), gcChunk)
+			if err := g.apply(nil, nil, dels[:n]); err != nil {
+				return err
+			}
+			dels = dels[n:]
+		}
+	}
+	if len(settled) < 2 {
+		return nil
+	}
+	// Fold from the oldest up, a chunk at a time: each chunk becomes a base
+	// at its newest version, summing the chunk (and the base below it). A
+	// reader sums visible versions newest first down to the first base, so
+	// the result is the same after every chunk.
+	var carry int64
+	var prevBase []byte
+	for end := len(settled); end > 0; {
+		start := max(0, end-gcChunk)
+		chunk := settled[start:end]
+		sum := carry
+		var cdels [][]byte
+		for i, v := range chunk {
+			sum += v.count
+			if i > 0 {
+				cdels = append(cdels, v.key)
+			}
+		}
+		if prevBase != nil {
+			cdels = append(cdels, prevBase)
+		}
+		if len(cdels) > 0 || chunk[0].tag != tagBase {
+			if err := g.apply(chunk[0].key, encodeCount(tagBase, sum), cdels); err != nil {
+				return err
+			}
+			st.Folded += len(chunk)
+			st.Deleted += len(cdels)
+		}
+		carry, prevBase = sum, chunk[0].key
+		end = start
+	}
+	return nil
+}
+
+// gcBatch groups the rewrites of many keys into Badger transactions; one
+// rewrite (a set of a base and its deletions) is never split.
+type gcBatch struct {
+	db    *badger.DB
+	txn   *badger.Txn
+	ops   int
+	bytes int
+}
+
+const (
+	gcOpsPerTxn   = 1000
+	gcBytesPerTxn = 512 << 10
+)
+
+func (g *gcBatch) apply(set, val []byte, dels [][]byte) error {
+	size := len(set) + len(val)
+	for _, k := range dels {
+		size += len(k)
+	}
+	size += 32 * (len(dels) + 1)
+	if g.txn != nil && (g.ops+len(dels)+1 > gcOpsPerTxn || g.bytes+size > gcBytesPerTxn) {
+		if err := g.commit(); err != nil {
+			return err
+		}
+	}
+	if g.txn == nil {
+		g.txn = g.db.NewTransaction(true)
+		g.ops, g.bytes = 0, 0
+	}
+	g.ops += len(dels) + 1
+	g.bytes += size
+	if set != nil {
+		if err := g.txn.Set(set, val); err != nil {
+			return g.fail(err)
+		}
+	}
+	for _, k := range dels {
+		if err := g.txn.Delete(k); err != nil {
+			return g.fail(err)
+		}
+	}
+	return nil
+}
+
+// fail drops the open transaction: none of its rewrites happen, which only
+// leaves garbage for the next pass.
+func (g *gcBatch) fail(err error) error {
+	g.discard()
+	return fmt.Errorf("state: GC: %w", err)
+}
+
+func (g *gcBatch) commit() error {
+	if g.txn == nil {
+		return nil
+	}
+	err := g.txn.Commit()
+	g.txn = nil
+	if err != nil {
+		return fmt.Errorf("state: GC: %w", err)
+	}
+	return nil
+}
+
+func (g *gcBatch) discard() {
+	if g.txn != nil {
+		g.txn.Discard()
+		g.txn = nil
+	}
+}

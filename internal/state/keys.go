@@ -1,0 +1,101 @@
+package state
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// Key layout. Every key of a flowlet's state starts with
+//
+//	"\x01state/" app "/" flowlet "/" kind name "\x00"
+//
+// where kind is 't' for a table and 'c' for a counter table; then the user
+// key, escaped so that byte order is kept and no key is a prefix of another
+// key's encoding (0x00 becomes 0x00 0xFF, and 0x00 0x01 ends the key); then
+// the version: ^writePointer, big-endian, so the newest version comes first.
+//
+// Table values are 0x01 followed by the value, or 0x00 alone for a delete.
+// Counter values are 'd' (a delta) or 'b' (a base folding every older
+// delta) followed by an int64, little-endian.
+
+const (
+	kindTable   = 't'
+	kindCounter = 'c'
+
+	tagTombstone = 0x00
+	tagValue     = 0x01
+	tagDelta     = 'd'
+	tagBase      = 'b'
+
+	versionLen = 8
+	termLen    = 2
+)
+
+// Prefix is the start of every key the state of all apps uses, outside the
+// transaction log's "\x00tx/".
+const Prefix = "\x01state/"
+
+func appendEscaped(dst, key []byte) []byte {
+	for _, b := range key {
+		if b == 0 {
+			dst = append(dst, 0, 0xFF)
+		} else {
+			dst = append(dst, b)
+		}
+	}
+	return dst
+}
+
+func appendTerm(dst []byte) []byte { return append(dst, 0, 1) }
+
+func appendVersion(dst []byte, wp uint64) []byte {
+	return binary.BigEndian.AppendUint64(dst, ^wp)
+}
+
+var errBadKey = errors.New("state: malformed stored key")
+
+// splitKey takes a stored key without its table prefix apart: the unescaped
+// user key (appended to dst) and the version.
+func splitKey(dst, k []byte) ([]byte, uint64, error) {
+	if len(k) < termLen+versionLen {
+		return dst, 0, errBadKey
+	}
+	wp := ^binary.BigEndian.Uint64(k[len(k)-versionLen:])
+	k = k[:len(k)-versionLen]
+	if k[len(k)-2] != 0 || k[len(k)-1] != 1 {
+		return dst, 0, errBadKey
+	}
+	k = k[:len(k)-termLen]
+	for i := 0; i < len(k); i++ {
+		if k[i] == 0 {
+			if i+1 >= len(k) || k[i+1] != 0xFF {
+				return dst, 0, errBadKey
+			}
+			i++
+			dst = append(dst, 0)
+			continue
+		}
+		dst = append(dst, k[i])
+	}
+	return dst, wp, nil
+}
+
+// encodedUserKey returns the stored key without table prefix and version: the
+// part shared by every version of one user key.
+func encodedUserKey(k []byte) []byte {
+	if len(k) < versionLen {
+		return k
+	}
+	return k[:len(k)-versionLen]
+}
+
+func encodeCount(tag byte, n int64) []byte {
+	return binary.LittleEndian.AppendUint64([]byte{tag}, uint64(n))
+}
+
+func decodeCount(v []byte) (byte, int64, error) {
+	if len(v) != 9 || (v[0] != tagDelta && v[0] != tagBase) {
+		return 0, 0, errors.New("state: malformed counter value")
+	}
+	return v[0], int64(binary.LittleEndian.Uint64(v[1:])), nil
+}

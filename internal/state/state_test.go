@@ -1,0 +1,410 @@
+package state
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/tx"
+)
+
+type env struct {
+	db    *badger.DB
+	coord *tx.Coordinator
+}
+
+// newEnv opens a Badger DB and a coordinator. fast: the coordinator logs to a
+// BadgerLog on the same DB, so the Store takes the single-store fast path;
+// otherwise the coordinator is in memory and the Store persists separately.
+func newEnv(t testing.TB, fast bool) *env {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions(t.TempDir()).WithLogger(nil).
+		WithMemTableSize(8 << 20).WithNumMemtables(2).WithBlockCacheSize(4 << 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := tx.Options{ExpiryInterval: -1}
+	if fast {
+		l, err := tx.NewBadgerLog(db, tx.BadgerLogOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Log = l
+	}
+	c, err := tx.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		db.Close()
+	})
+	return &env{db: db, coord: c}
+}
+
+func (e *env) store(t testing.TB) *Store {
+	t.Helper()
+	s, err := Open(e.db, "app", "fl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// step is one transaction over a store.
+type step struct {
+	t   testing.TB
+	s   *Store
+	ctx *tx.Context
+}
+
+func (e *env) begin(t testing.TB, s *Store) *step {
+	t.Helper()
+	ctx := e.coord.NewContext(s)
+	if _, err := ctx.Start(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return &step{t: t, s: s, ctx: ctx}
+}
+
+func (st *step) put(table, k, v string) {
+	st.t.Helper()
+	if err := st.s.Table(table).Put([]byte(k), []byte(v)); err != nil {
+		st.t.Fatal(err)
+	}
+}
+
+func (st *step) del(table, k string) {
+	st.t.Helper()
+	if err := st.s.Table(table).Delete([]byte(k)); err != nil {
+		st.t.Fatal(err)
+	}
+}
+
+func (st *step) get(table, k string) string {
+	st.t.Helper()
+	v, ok, err := st.s.Table(table).Get([]byte(k))
+	if err != nil {
+		st.t.Fatal(err)
+	}
+	if !ok {
+		return "<none>"
+	}
+	return string(v)
+}
+
+func (st *step) add(name, k string, d int64) {
+	st.t.Helper()
+	if err := st.s.Counters(name).Add([]byte(k), d); err != nil {
+		st.t.Fatal(err)
+	}
+}
+
+func (st *step) count(name, k string) int64 {
+	st.t.Helper()
+	n, err := st.s.Counters(name).Get([]byte(k))
+	if err != nil {
+		st.t.Fatal(err)
+	}
+	return n
+}
+
+func (st *step) commit() {
+	st.t.Helper()
+	if err := st.ctx.Finish(); err != nil {
+		st.t.Fatal(err)
+	}
+}
+
+func (st *step) abort() {
+	st.t.Helper()
+	if err := st.ctx.Abort(nil); err != nil {
+		st.t.Fatal(err)
+	}
+}
+
+func (st *step) scan(table string, o flowlet.ScanOptions) string {
+	st.t.Helper()
+	it := st.s.Table(table).Scan(o)
+	defer it.Close()
+	var b bytes.Buffer
+	for it.Next() {
+		fmt.Fprintf(&b, "%q=%q ", it.Key(), it.Value())
+	}
+	if err := it.Err(); err != nil {
+		st.t.Fatal(err)
+	}
+	return b.String()
+}
+
+func (st *step) scanCounters(name string, o flowlet.ScanOptions) string {
+	st.t.Helper()
+	it := st.s.Counters(name).Scan(o)
+	defer it.Close()
+	var b bytes.Buffer
+	for it.Next() {
+		fmt.Fprintf(&b, "%q=%d ", it.Key(), it.Count())
+	}
+	if err := it.Err(); err != nil {
+		st.t.Fatal(err)
+	}
+	return b.String()
+}
+
+func bothPaths(t *testing.T, f func(t *testing.T, e *env)) {
+	for _, fast := range []bool{true, false} {
+		name := "persist"
+		if fast {
+			name = "staged"
+		}
+		t.Run(name, func(t *testing.T) { f(t, newEnv(t, fast)) })
+	}
+}
+
+func TestSnapshotAndReadYourWrites(t *testing.T) {
+	bothPaths(t, func(t *testing.T, e *env) {
+		a, b, c := e.store(t), e.store(t), e.store(t)
+		s := e.begin(t, a)
+		s.put("t", "k", "1")
+		if got := s.get("t", "k"); got != "1" {
+			t.Fatalf("read your write: %s", got)
+		}
+		s.commit()
+
+		old := e.begin(t, b) // snapshot: k=1
+		s = e.begin(t, a)
+		s.put("t", "k", "2")
+		s.put("t", "new", "x")
+		s.commit()
+		if got := old.get("t", "k"); got != "1" {
+			t.Fatalf("snapshot read: %s, want 1", got)
+		}
+		if got := old.get("t", "new"); got != "<none>" {
+			t.Fatalf("snapshot sees a later commit: %s", got)
+		}
+		old.put("t", "mine", "m")
+		old.del("t", "k")
+		if got := old.get("t", "k"); got != "<none>" {
+			t.Fatalf("own delete not seen: %s", got)
+		}
+		if got := old.get("t", "mine"); got != "m" {
+			t.Fatalf("own put not seen: %s", got)
+		}
+		old.abort()
+
+		s = e.begin(t, c)
+		if got := s.get("t", "k"); got != "2" {
+			t.Fatalf("after commit: %s", got)
+		}
+		if got := s.get("t", "mine"); got != "<none>" {
+			t.Fatalf("aborted write visible: %s", got)
+		}
+		s.abort()
+	})
+}
+
+func TestAbortDropsWrites(t *testing.T) {
+	bothPaths(t, func(t *testing.T, e *env) {
+		a := e.store(t)
+		s := e.begin(t, a)
+		s.put("t", "k", "v")
+		s.add("c", "n", 5)
+		s.abort()
+		s = e.begin(t, a)
+		if got := s.get("t", "k"); got != "<none>" {
+			t.Fatalf("aborted put visible: %s", got)
+		}
+		if n := s.count("c", "n"); n != 0 {
+			t.Fatalf("aborted add visible: %d", n)
+		}
+		s.abort()
+		// Nothing of the aborted transaction is left in the store.
+		if n := countKeys(t, e.db); n != 0 {
+			t.Fatalf("%d state keys after abort", n)
+		}
+	})
+}
+
+func countKeys(t testing.TB, db *badger.DB) int {
+	n := 0
+	db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(Prefix)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+func TestConflictingPuts(t *testing.T) {
+	bothPaths(t, func(t *testing.T, e *env) {
+		a, b := e.begin(t, e.store(t)), e.begin(t, e.store(t))
+		a.put("t", "k", "a")
+		b.put("t", "k", "b")
+		a.commit()
+		err := b.ctx.Finish()
+		if !errors.Is(err, tx.ErrConflict) {
+			t.Fatalf("second writer: %v, want ErrConflict", err)
+		}
+		s := e.begin(t, e.store(t))
+		if got := s.get("t", "k"); got != "a" {
+			t.Fatalf("k = %s, want a", got)
+		}
+		s.abort()
+
+		// Different keys, or the same key in different tables, do not conflict.
+		a, b = e.begin(t, e.store(t)), e.begin(t, e.store(t))
+		a.put("t", "x", "1")
+		b.put("t", "y", "1")
+		b.put("u", "x", "1")
+		b.del("other", "x")
+		a.commit()
+		b.commit()
+	})
+}
+
+func TestCountersNeverConflict(t *testing.T) {
+	bothPaths(t, func(t *testing.T, e *env) {
+		const workers, steps = 8, 100
+		errs := make(chan error, workers)
+		for w := range workers {
+			go func() {
+				s := e.store(t)
+				ctx := e.coord.NewContext(s)
+				for i := range steps {
+					if _, err := ctx.Start(10 * time.Second); err != nil {
+						errs <- err
+						return
+					}
+					c := s.Counters("hits")
+					c.Add([]byte("hot"), 1)
+					c.Add([]byte("hot"), 2)
+					c.Add([]byte(fmt.Sprint("w", w)), int64(i))
+					if i%10 == 0 { // reads do not make Adds conflict either
+						if _, err := c.Get([]byte("hot")); err != nil {
+							errs <- err
+							return
+						}
+					}
+					if err := ctx.Finish(); err != nil {
+						errs <- fmt.Errorf("worker %d step %d: %w", w, i, err)
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range workers {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		s := e.begin(t, e.store(t))
+		if n := s.count("hits", "hot"); n != 3*workers*steps {
+			t.Fatalf("hot = %d, want %d", n, 3*workers*steps)
+		}
+		if n := s.count("hits", "w3"); n != steps*(steps-1)/2 {
+			t.Fatalf("w3 = %d", n)
+		}
+		s.add("hits", "hot", -1)
+		if n := s.count("hits", "hot"); n != 3*workers*steps-1 {
+			t.Fatalf("read your add: %d", n)
+		}
+		s.abort()
+	})
+}
+
+func TestScan(t *testing.T) {
+	bothPaths(t, func(t *testing.T, e *env) {
+		s := e.begin(t, e.store(t))
+		for _, k := range []string{"b", "a", "a\x00", "a\x00b", "ab", "c/1", "c/2", "c/3", "d", "\x00", "\xff"} {
+			s.put("t", k, "v"+k)
+		}
+		s.put("other", "a", "no")
+		s.commit()
+
+		s = e.begin(t, e.store(t))
+		all := s.scan("t", flowlet.ScanOptions{})
+		want := `"\x00"="v\x00" "a"="va" "a\x00"="va\x00" "a\x00b"="va\x00b" "ab"="vab" "b"="vb" "c/1"="vc/1" "c/2"="vc/2" "c/3"="vc/3" "d"="vd" "\xff"="v\xff" `
+		if all != want {
+			t.Fatalf("scan all:\n got %s\nwant %s", all, want)
+		}
+		cases := []struct {
+			o    flowlet.ScanOptions
+			want string
+		}{
+			{flowlet.ScanOptions{Prefix: []byte("c/")}, `"c/1"="vc/1" "c/2"="vc/2" "c/3"="vc/3" `},
+			{flowlet.ScanOptions{Prefix: []byte("c/"), Limit: 2}, `"c/1"="vc/1" "c/2"="vc/2" `},
+			{flowlet.ScanOptions{Prefix: []byte("a\x00")}, `"a\x00"="va\x00" "a\x00b"="va\x00b" `},
+			{flowlet.ScanOptions{Start: []byte("ab"), End: []byte("c/3")}, `"ab"="vab" "b"="vb" "c/1"="vc/1" "c/2"="vc/2" `},
+			{flowlet.ScanOptions{Prefix: []byte("c"), Start: []byte("c/2")}, `"c/2"="vc/2" "c/3"="vc/3" `},
+			{flowlet.ScanOptions{Start: []byte("zz")}, `"\xff"="v\xff" `},
+			{flowlet.ScanOptions{Start: []byte("\xff\x00")}, ``},
+		}
+		for _, c := range cases {
+			if got := s.scan("t", c.o); got != c.want {
+				t.Errorf("scan %v:\n got %s\nwant %s", c.o, got, c.want)
+			}
+		}
+		// The step's own writes merge in: new keys, overwrites, deletes.
+		s.put("t", "c/1", "new")
+		s.put("t", "c/15", "ins")
+		s.del("t", "c/2")
+		s.put("t", "c/4", "end")
+		s.del("t", "c/9") // deleting a missing key
+		got := s.scan("t", flowlet.ScanOptions{Prefix: []byte("c/")})
+		if want := `"c/1"="new" "c/15"="ins" "c/3"="vc/3" "c/4"="end" `; got != want {
+			t.Fatalf("scan with own writes:\n got %s\nwant %s", got, want)
+		}
+		got = s.scan("t", flowlet.ScanOptions{Prefix: []byte("c/"), Limit: 3})
+		if want := `"c/1"="new" "c/15"="ins" "c/3"="vc/3" `; got != want {
+			t.Fatalf("scan with own writes and limit:\n got %s\nwant %s", got, want)
+		}
+		s.commit()
+		s = e.begin(t, e.store(t))
+		got = s.scan("t", flowlet.ScanOptions{Prefix: []byte("c/")})
+		if want := `"c/1"="new" "c/15"="ins" "c/3"="vc/3" "c/4"="end" `; got != want {
+			t.Fatalf("scan after commit:\n got %s\nwant %s", got, want)
+		}
+		s.add("n", "b", 2)
+		s.add("n", "a", 1)
+		s.add("n", "c", 3)
+		s.commit()
+		s = e.begin(t, e.store(t))
+		s.add("n", "b", 10)
+		s.add("n", "bb", 7)
+		if got, want := s.scanCounters("n", flowlet.ScanOptions{}), `"a"=1 "b"=12 "bb"=7 "c"=3 `; got != want {
+			t.Fatalf("counter scan:\n got %s\nwant %s", got, want)
+		}
+		if got, want := s.scanCounters("n", flowlet.ScanOptions{Start: []byte("b"), Limit: 2}), `"b"=12 "bb"=7 `; got != want {
+			t.Fatalf("counter scan:\n got %s\nwant %s", got, want)
+		}
+		s.abort()
+	})
+}
+
+func TestMisuse(t *testing.T) {
+	e := newEnv(t, true)
+	s := e.store(t)
+	if err := s.Table("t").Put([]byte("k"), nil); !errors.Is(err, ErrNoTransaction) {
+		t.Fatalf("put outside a tx: %v", err)
+	}
+	st := e.begin(t, s)
+	if err := s.Table("Bad Name").Put([]byte("k"), nil); err == nil {
+		t.Fatal("bad table name accepted")
+	}
+	if err := s.Table("t").Put(make([]byte, flowlet.MaxKeySize+1), nil); err == nil {
+		t.Fatal("huge key accepted")
+	}
+	if _, err := Open(e.db, "app", "No"); err == nil {
+		t.Fatal("bad flowlet name accepted")
+	}
+	st.abort()
+}

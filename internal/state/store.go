@@ -1,0 +1,254 @@
+// Package state is the Badger implementation of flowlet state: the
+// transactional key-value tables and conflict-free counters that
+// flowlet.Context hands to a flowlet. The runtime opens one Store per flowlet
+// instance and adds it to the instance's tx.Context as a participant; the
+// tables and counters a flowlet asks for are views onto that one participant,
+// so a flowlet may open a table in the middle of a step.
+//
+// A Store is a tx.Stager: when the coordinator's log is a tx.BadgerLog on the
+// same *badger.DB, the step's writes and its commit record land in one atomic
+// Badger write. It also implements the plain Persist/Rollback path.
+//
+// Every value is versioned by the write pointer of the transaction that wrote
+// it, and reads filter versions with tx.Tx.Visible, so a step sees exactly
+// its snapshot plus its own (buffered) writes. Old versions are removed by GC.
+package state
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/flowrun/flowrun/tx"
+)
+
+// ErrNoTransaction is returned when a table is used outside a transaction.
+var ErrNoTransaction = errors.New("state: no transaction in progress")
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Store holds the state of one flowlet of one app, as one tx participant. It
+// is used by one goroutine at a time (one flowlet instance); other instances
+// of the same flowlet open their own Store on the same DB.
+type Store struct {
+	db     *badger.DB
+	prefix []byte
+
+	tx   *tx.Tx
+	rtxn *badger.Txn // lazily opened read view for the current step
+
+	tables   map[string]*Table
+	counters map[string]*Counters
+	// dirty lists the tables and counters written in the current step.
+	dirtyTables   []*Table
+	dirtyCounters []*Counters
+
+	persisted [][]byte // keys written by Persist, for Rollback
+}
+
+var (
+	_ tx.Stager = (*Store)(nil)
+)
+
+// Open returns the Store of flowlet in app. Names follow the app YAML's rule
+// ([a-z0-9][a-z0-9_-]{0,62}).
+func Open(db *badger.DB, app, flowlet string) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("state: nil DB")
+	}
+	for _, n := range []string{app, flowlet} {
+		if !nameRE.MatchString(n) {
+			return nil, fmt.Errorf("state: invalid name %q", n)
+		}
+	}
+	return &Store{
+		db:       db,
+		prefix:   KeyPrefix(app, flowlet),
+		tables:   map[string]*Table{},
+		counters: map[string]*Counters{},
+	}, nil
+}
+
+// KeyPrefix is the prefix of every key of the flowlet's state.
+func KeyPrefix(app, flowlet string) []byte {
+	return []byte(Prefix + app + "/" + flowlet + "/")
+}
+
+func (s *Store) namePrefix(kind byte, name string) []byte {
+	p := append([]byte(nil), s.prefix...)
+	p = append(p, kind)
+	p = append(p, name...)
+	return append(p, 0)
+}
+
+// Table returns the table of that name. An invalid name gives a table whose
+// every operation fails.
+func (s *Store) Table(name string) *Table {
+	if t, ok := s.tables[name]; ok {
+		return t
+	}
+	t := &Table{s: s, name: name, prefix: s.namePrefix(kindTable, name), buf: map[string]tableWrite{}}
+	if !nameRE.MatchString(name) {
+		t.err = fmt.Errorf("state: invalid table name %q (want [a-z0-9][a-z0-9_-]{0,62})", name)
+	}
+	s.tables[name] = t
+	return t
+}
+
+// Counters returns the counter table of that name.
+func (s *Store) Counters(name string) *Counters {
+	if c, ok := s.counters[name]; ok {
+		return c
+	}
+	c := &Counters{s: s, name: name, prefix: s.namePrefix(kindCounter, name), buf: map[string]int64{}}
+	if !nameRE.MatchString(name) {
+		c.err = fmt.Errorf("state: invalid counters name %q (want [a-z0-9][a-z0-9_-]{0,62})", name)
+	}
+	s.counters[name] = c
+	return c
+}
+
+// view returns the step's Badger read view.
+func (s *Store) view() (*badger.Txn, error) {
+	if s.tx == nil {
+		return nil, ErrNoTransaction
+	}
+	if s.rtxn == nil {
+		s.rtxn = s.db.NewTransaction(false)
+	}
+	return s.rtxn, nil
+}
+
+func (s *Store) reset() {
+	if s.rtxn != nil {
+		s.rtxn.Discard()
+		s.rtxn = nil
+	}
+	for _, t := range s.dirtyTables {
+		clear(t.buf)
+		t.dirty = false
+	}
+	for _, c := range s.dirtyCounters {
+		clear(c.buf)
+		c.dirty = false
+	}
+	s.dirtyTables = s.dirtyTables[:0]
+	s.dirtyCounters = s.dirtyCounters[:0]
+}
+
+// StartTx implements tx.Participant.
+func (s *Store) StartTx(t *tx.Tx) error {
+	s.reset()
+	s.persisted = s.persisted[:0]
+	s.tx = t
+	return nil
+}
+
+// UpdateTx implements tx.Participant. Writes are buffered until commit and
+// then carry the newest write pointer.
+func (s *Store) UpdateTx(t *tx.Tx) error {
+	s.tx = t
+	return nil
+}
+
+// ChangeKeys implements tx.Participant: table and key of every Put and
+// Delete. Counter increments report none, so they never conflict.
+func (s *Store) ChangeKeys() [][]byte {
+	var keys [][]byte
+	for _, t := range s.dirtyTables {
+		for k := range t.buf {
+			ck := make([]byte, 0, len(t.prefix)+len(k)+4)
+			ck = append(ck, t.prefix...)
+			keys = append(keys, appendEscaped(ck, []byte(k)))
+		}
+	}
+	return keys
+}
+
+// Store implements tx.Stager: the *badger.DB.
+func (s *Store) Store() any { return s.db }
+
+// Stage implements tx.Stager: it appends the versioned writes of the step.
+func (s *Store) Stage(dst []tx.Write) ([]tx.Write, error) {
+	if s.tx == nil {
+		return dst, ErrNoTransaction
+	}
+	wp := s.tx.WritePointer
+	for _, t := range s.dirtyTables {
+		for k, w := range t.buf {
+			v := make([]byte, 1+len(w.value))
+			if w.del {
+				v = v[:1]
+				v[0] = tagTombstone
+			} else {
+				v[0] = tagValue
+				copy(v[1:], w.value)
+			}
+			dst = append(dst, tx.Write{Key: t.versionKey([]byte(k), wp), Value: v})
+		}
+	}
+	for _, c := range s.dirtyCounters {
+		for k, d := range c.buf {
+			if d == 0 {
+				continue
+			}
+			dst = append(dst, tx.Write{Key: c.versionKey([]byte(k), wp), Value: encodeCount(tagDelta, d)})
+		}
+	}
+	return dst, nil
+}
+
+// Persist implements tx.Participant (the path without an atomic log).
+func (s *Store) Persist() error {
+	writes, err := s.Stage(nil)
+	if err != nil || len(writes) == 0 {
+		return err
+	}
+	wb := s.db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, w := range writes {
+		s.persisted = append(s.persisted, w.Key)
+		if err := wb.Set(w.Key, w.Value); err != nil {
+			return err
+		}
+	}
+	return wb.Flush()
+}
+
+// PostCommit implements tx.Participant.
+func (s *Store) PostCommit() {
+	s.reset()
+	s.persisted = s.persisted[:0]
+	s.tx = nil
+}
+
+// Rollback implements tx.Participant: it drops buffered writes and deletes
+// persisted ones.
+func (s *Store) Rollback() error {
+	s.reset()
+	s.tx = nil
+	if len(s.persisted) == 0 {
+		return nil
+	}
+	wb := s.db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, k := range s.persisted {
+		if err := wb.Delete(k); err != nil {
+			return err
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return err
+	}
+	s.persisted = s.persisted[:0]
+	return nil
+}
+
+// Close releases the read view. The Store must not be in a transaction.
+func (s *Store) Close() error {
+	s.reset()
+	s.tx = nil
+	return nil
+}
