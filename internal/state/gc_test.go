@@ -1,0 +1,172 @@
+package state
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/flowlet"
+)
+
+// dump renders everything a step sees, through Get and Scan.
+func (st *step) dump(keys int) string {
+	st.t.Helper()
+	out := st.scan("t", flowlet.ScanOptions{}) + "|" + st.scanCounters("c", flowlet.ScanOptions{}) + "|"
+	for i := range keys {
+		k := fmt.Sprint("k", i)
+		out += fmt.Sprintf("%s=%s/%d ", k, st.get("t", k), st.count("c", k))
+	}
+	return out
+}
+
+func TestGCKeepsResults(t *testing.T) {
+	bothPaths(t, func(t *testing.T, e *env) {
+		const keys = 12
+		rng := rand.New(rand.NewPCG(1, 2))
+		s := e.store(t)
+		var reader *step
+		var readerView string
+		for i := range 400 {
+			if i == 200 {
+				// An old reader stays open across GC: its snapshot must survive.
+				reader = e.begin(t, e.store(t))
+				readerView = reader.dump(keys)
+			}
+			st := e.begin(t, s)
+			for range 1 + rng.IntN(4) {
+				k := fmt.Sprint("k", rng.IntN(keys))
+				switch rng.IntN(4) {
+				case 0:
+					st.del("t", k)
+				case 1:
+					st.put("t", k, fmt.Sprint(i))
+				default:
+					st.add("c", k, int64(rng.IntN(7)-2))
+				}
+			}
+			switch {
+			case rng.IntN(10) == 0:
+				st.abort()
+			case rng.IntN(20) == 0:
+				// An invalidated transaction whose writes stayed behind
+				// (a failed rollback): invisible, and GC removes them.
+				if err := s.Persist(); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.coord.Invalidate(st.ctx.Tx()); err != nil {
+					t.Fatal(err)
+				}
+				s.PostCommit()
+			default:
+				st.commit()
+			}
+		}
+		view := func() string {
+			st := e.begin(t, e.store(t))
+			defer st.abort()
+			return st.dump(keys)
+		}
+		before := view()
+		keysBefore := countKeys(t, e.db)
+
+		wm := NewWatermark(e.coord)
+		for range 3 {
+			bound := wm.Advance()
+			if bound > reader.ctx.Tx().FirstInProgress() {
+				t.Fatalf("bound %d passes the open reader's first in-progress %d", bound, reader.ctx.Tx().FirstInProgress())
+			}
+			if _, err := s.GC(bound, e.coord.InvalidList()); err != nil {
+				t.Fatal(err)
+			}
+			if got := view(); got != before {
+				t.Fatalf("GC changed results:\nbefore %s\nafter  %s", before, got)
+			}
+			if got := reader.dump(keys); got != readerView {
+				t.Fatalf("GC changed an open snapshot:\nbefore %s\nafter  %s", readerView, got)
+			}
+		}
+		reader.abort()
+		var stats GCStats
+		for range 3 {
+			var err error
+			if stats, err = s.GC(wm.Advance(), e.coord.InvalidList()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := view(); got != before {
+			t.Fatalf("GC changed results:\nbefore %s\nafter  %s", before, got)
+		}
+		keysAfter := countKeys(t, e.db)
+		// At most one version per key and table is left.
+		if keysAfter > 2*keys || keysAfter >= keysBefore {
+			t.Fatalf("GC left %d of %d versions (last pass %+v)", keysAfter, keysBefore, stats)
+		}
+		t.Logf("versions %d -> %d", keysBefore, keysAfter)
+
+		// Work goes on after GC, on top of the bases.
+		st := e.begin(t, s)
+		st.add("c", "k1", 1000)
+		st.put("t", "k1", "after")
+		st.commit()
+		st = e.begin(t, e.store(t))
+		if st.count("c", "k1") < 900 || st.get("t", "k1") != "after" {
+			t.Fatalf("after GC: %d %s", st.count("c", "k1"), st.get("t", "k1"))
+		}
+		st.abort()
+	})
+}
+
+// TestGCChunkedFold folds more deltas than fit in one rewrite.
+func TestGCChunkedFold(t *testing.T) {
+	e := newEnv(t, true)
+	s := e.store(t)
+	const n = 3*gcChunk + 17
+	for i := range n {
+		st := e.begin(t, s)
+		st.add("c", "hot", int64(i))
+		st.commit()
+	}
+	want := int64(n * (n - 1) / 2)
+	wm := NewWatermark(e.coord)
+	stats, err := s.GC(wm.Advance(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := e.begin(t, s)
+	if got := st.count("c", "hot"); got != want {
+		t.Fatalf("hot = %d, want %d (%+v)", got, want, stats)
+	}
+	st.abort()
+	if k := countKeys(t, e.db); k != 1 {
+		t.Fatalf("%d versions left, want 1 (%+v)", k, stats)
+	}
+	// Concurrent with adds: deltas at or above the bound are untouched.
+	done := make(chan error)
+	go func() {
+		s2 := e.store(t)
+		ctx := e.coord.NewContext(s2)
+		for range 200 {
+			ctx.Start(10 * time.Second)
+			s2.Counters("c").Add([]byte("hot"), 1)
+			if err := ctx.Finish(); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for range 20 {
+		if _, err := s.GC(wm.Advance(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st = e.begin(t, s)
+	if got := st.count("c", "hot"); got != want+200 {
+		t.Fatalf("hot = %d, want %d", got, want+200)
+	}
+	st.abort()
+}
