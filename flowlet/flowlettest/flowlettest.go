@@ -1,0 +1,424 @@
+// Package flowlettest runs flowlets without a runtime, for unit tests: a fake
+// flowlet.Context that keeps state in maps and records emits, with the same
+// step semantics as the runtime (a failed step leaves no trace).
+//
+//	ctx := flowlettest.New("parser")
+//	err := ctx.Process(&Parser{}, flowlettest.Event("GET /a HTTP/1.1"))
+//	got := ctx.Emits("pages") // payloads emitted on "pages" by committed steps
+package flowlettest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/flowrun/flowrun/flowlet"
+)
+
+// Emitted is one emitted event.
+type Emitted struct {
+	Output  string
+	Payload []byte
+	flowlet.EmitOptions
+}
+
+// Context is a fake flowlet.Context. It is always inside a step: writes and
+// emits are pending until Commit, and Abort drops them. Process, Generate
+// and Tick run a whole step and commit or abort it by the flowlet's result.
+// It is not safe for concurrent use.
+type Context struct {
+	context.Context
+	name                string
+	instance, instances int
+	logger              *slog.Logger
+	keys                map[string]string // output → required partition key
+	outputs             []string          // when set, the only valid outputs
+
+	tables   map[string]*table
+	counters map[string]*counters
+	emitted  []Emitted
+	pending  []Emitted
+}
+
+var _ flowlet.Context = (*Context)(nil)
+
+// New returns a Context for a flowlet of that name, instance 0 of 1, logging
+// nowhere.
+func New(name string) *Context {
+	return &Context{
+		Context:   context.Background(),
+		name:      name,
+		instances: 1,
+		logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		keys:      map[string]string{},
+		tables:    map[string]*table{},
+		counters:  map[string]*counters{},
+	}
+}
+
+// WithInstance sets the instance index and count.
+func (c *Context) WithInstance(i, n int) *Context { c.instance, c.instances = i, n; return c }
+
+// WithLogger sets the logger.
+func (c *Context) WithLogger(l *slog.Logger) *Context { c.logger = l; return c }
+
+// WithOutputs restricts Emit to the named outputs, as a type's TypeInfo does.
+func (c *Context) WithOutputs(outputs ...string) *Context { c.outputs = outputs; return c }
+
+// RequireKey makes Emit on output fail without the partition key name, as
+// the runtime does for a hash-partitioned queue.
+func (c *Context) RequireKey(output, name string) *Context { c.keys[output] = name; return c }
+
+// Emit implements flowlet.Context.
+func (c *Context) Emit(output string, payload []byte, opts ...flowlet.EmitOption) error {
+	if c.outputs != nil && !slices.Contains(c.outputs, output) {
+		return fmt.Errorf("flowlettest: flowlet %q has no output %q (outputs: %s)", c.name, output, strings.Join(c.outputs, ", "))
+	}
+	o := flowlet.ResolveEmitOptions(opts)
+	if k, ok := c.keys[output]; ok {
+		if _, set := o.Key(k); !set {
+			return fmt.Errorf("flowlettest: emit on %q without its partition key %q", output, k)
+		}
+	}
+	c.pending = append(c.pending, Emitted{Output: output, Payload: bytes.Clone(payload), EmitOptions: o})
+	return nil
+}
+
+// State implements flowlet.Context.
+func (c *Context) State(name string) flowlet.Table {
+	t, ok := c.tables[name]
+	if !ok {
+		t = &table{committed: map[string][]byte{}, buf: map[string]*[]byte{}}
+		c.tables[name] = t
+	}
+	return t
+}
+
+// Counters implements flowlet.Context.
+func (c *Context) Counters(name string) flowlet.Counters {
+	n, ok := c.counters[name]
+	if !ok {
+		n = &counters{committed: map[string]int64{}, buf: map[string]int64{}}
+		c.counters[name] = n
+	}
+	return n
+}
+
+// Name implements flowlet.Context.
+func (c *Context) Name() string { return c.name }
+
+// Instance implements flowlet.Context.
+func (c *Context) Instance() int { return c.instance }
+
+// Instances implements flowlet.Context.
+func (c *Context) Instances() int { return c.instances }
+
+// Logger implements flowlet.Context.
+func (c *Context) Logger() *slog.Logger { return c.logger }
+
+// Commit ends the current step successfully: its writes and emits take effect.
+func (c *Context) Commit() {
+	for _, t := range c.tables {
+		for k, v := range t.buf {
+			if v == nil {
+				delete(t.committed, k)
+			} else {
+				t.committed[k] = *v
+			}
+		}
+		clear(t.buf)
+	}
+	for _, n := range c.counters {
+		for k, d := range n.buf {
+			n.committed[k] += d
+		}
+		clear(n.buf)
+	}
+	c.emitted = append(c.emitted, c.pending...)
+	c.pending = nil
+}
+
+// Abort ends the current step as failed: its writes and emits are dropped.
+func (c *Context) Abort() {
+	for _, t := range c.tables {
+		clear(t.buf)
+	}
+	for _, n := range c.counters {
+		clear(n.buf)
+	}
+	c.pending = nil
+}
+
+func (c *Context) end(err error) error {
+	if err != nil {
+		c.Abort()
+		return err
+	}
+	c.Commit()
+	return nil
+}
+
+// Init calls f's Init, if it has one, with config.
+func (c *Context) Init(f flowlet.Flowlet, config map[string]any) error {
+	in, ok := f.(flowlet.Initializer)
+	if !ok {
+		return nil
+	}
+	return in.Init(flowlet.InitContext{
+		Name: c.name, Instance: c.instance, Instances: c.instances,
+		Config: flowlet.NewConfig(c.name, config), Logger: c.logger,
+	})
+}
+
+// Process runs one step over evs, as the runtime does: ProcessBatch when f
+// has it, else Process for each event. The step commits when f returns nil
+// and aborts otherwise.
+func (c *Context) Process(f flowlet.Flowlet, evs ...flowlet.Event) error {
+	if b, ok := f.(flowlet.BatchProcessor); ok {
+		return c.end(b.ProcessBatch(c, evs))
+	}
+	p, ok := f.(flowlet.Processor)
+	if !ok {
+		return fmt.Errorf("flowlettest: %T implements neither Process nor ProcessBatch", f)
+	}
+	for _, ev := range evs {
+		if err := p.Process(c, ev); err != nil {
+			return c.end(err)
+		}
+	}
+	return c.end(nil)
+}
+
+// Generate runs one step of a Source. ErrIdle and ErrEndOfInput commit.
+func (c *Context) Generate(f flowlet.Flowlet) error {
+	s, ok := f.(flowlet.Source)
+	if !ok {
+		return fmt.Errorf("flowlettest: %T does not implement Generate", f)
+	}
+	err := s.Generate(c)
+	if isEndOrIdle(err) {
+		c.Commit()
+		return err
+	}
+	return c.end(err)
+}
+
+func isEndOrIdle(err error) bool {
+	return errors.Is(err, flowlet.ErrIdle) || errors.Is(err, flowlet.ErrEndOfInput)
+}
+
+// Tick runs one tick step.
+func (c *Context) Tick(f flowlet.Flowlet) error {
+	t, ok := f.(flowlet.Ticker)
+	if !ok {
+		return fmt.Errorf("flowlettest: %T does not implement Tick", f)
+	}
+	return c.end(t.Tick(c))
+}
+
+// Emitted returns every event emitted by committed steps, in order.
+func (c *Context) Emitted() []Emitted { return slices.Clone(c.emitted) }
+
+// Emits returns the payloads emitted on output by committed steps, as strings.
+func (c *Context) Emits(output string) []string {
+	var out []string
+	for _, e := range c.emitted {
+		if e.Output == output {
+			out = append(out, string(e.Payload))
+		}
+	}
+	return out
+}
+
+// Reset forgets the recorded emits (state is kept).
+func (c *Context) Reset() { c.emitted = nil }
+
+// Get returns a committed value of a table.
+func (c *Context) Get(table, key string) (string, bool) {
+	t, ok := c.tables[table]
+	if !ok {
+		return "", false
+	}
+	v, ok := t.committed[key]
+	return string(v), ok
+}
+
+// Count returns a committed counter.
+func (c *Context) Count(counters, key string) int64 {
+	n, ok := c.counters[counters]
+	if !ok {
+		return 0
+	}
+	return n.committed[key]
+}
+
+// Table returns a table's committed contents.
+func (c *Context) Table(name string) map[string]string {
+	out := map[string]string{}
+	if t, ok := c.tables[name]; ok {
+		for k, v := range t.committed {
+			out[k] = string(v)
+		}
+	}
+	return out
+}
+
+// CountersMap returns a counter table's committed contents.
+func (c *Context) CountersMap(name string) map[string]int64 {
+	out := map[string]int64{}
+	if n, ok := c.counters[name]; ok {
+		for k, v := range n.committed {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// Event returns an input event with payload and the given keys and headers.
+func Event(payload string, opts ...flowlet.EmitOption) flowlet.Event {
+	o := flowlet.ResolveEmitOptions(opts)
+	return flowlet.Event{Payload: []byte(payload), Keys: o.Keys, EventTime: o.EventTime, TraceID: o.TraceID}
+}
+
+type table struct {
+	committed map[string][]byte
+	buf       map[string]*[]byte // nil: deleted in this step
+}
+
+func checkKey(key []byte) error {
+	if len(key) > flowlet.MaxKeySize {
+		return fmt.Errorf("flowlettest: key of %d bytes exceeds %d", len(key), flowlet.MaxKeySize)
+	}
+	return nil
+}
+
+func (t *table) Get(key []byte) ([]byte, bool, error) {
+	if err := checkKey(key); err != nil {
+		return nil, false, err
+	}
+	if v, ok := t.buf[string(key)]; ok {
+		if v == nil {
+			return nil, false, nil
+		}
+		return bytes.Clone(*v), true, nil
+	}
+	v, ok := t.committed[string(key)]
+	return bytes.Clone(v), ok, nil
+}
+
+func (t *table) Put(key, value []byte) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	v := bytes.Clone(value)
+	if v == nil {
+		v = []byte{}
+	}
+	t.buf[string(key)] = &v
+	return nil
+}
+
+func (t *table) Delete(key []byte) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	t.buf[string(key)] = nil
+	return nil
+}
+
+func (t *table) Scan(o flowlet.ScanOptions) flowlet.Iterator {
+	merged := map[string][]byte{}
+	for k, v := range t.committed {
+		merged[k] = v
+	}
+	for k, v := range t.buf {
+		if v == nil {
+			delete(merged, k)
+		} else {
+			merged[k] = *v
+		}
+	}
+	it := &iter{}
+	for k, v := range merged {
+		if o.Match([]byte(k)) {
+			it.items = append(it.items, item{k, bytes.Clone(v), 0})
+		}
+	}
+	it.sort(o.Limit)
+	return it
+}
+
+type counters struct {
+	committed map[string]int64
+	buf       map[string]int64
+}
+
+func (n *counters) Add(key []byte, d int64) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	n.buf[string(key)] += d
+	return nil
+}
+
+func (n *counters) Get(key []byte) (int64, error) {
+	if err := checkKey(key); err != nil {
+		return 0, err
+	}
+	return n.committed[string(key)] + n.buf[string(key)], nil
+}
+
+func (n *counters) Scan(o flowlet.ScanOptions) flowlet.CounterIterator {
+	merged := map[string]int64{}
+	for k, v := range n.committed {
+		merged[k] += v
+	}
+	for k, v := range n.buf {
+		merged[k] += v
+	}
+	it := &iter{}
+	for k, v := range merged {
+		if o.Match([]byte(k)) {
+			it.items = append(it.items, item{k, nil, v})
+		}
+	}
+	it.sort(o.Limit)
+	return it
+}
+
+type item struct {
+	key   string
+	value []byte
+	count int64
+}
+
+type iter struct {
+	items []item
+	pos   int
+}
+
+func (it *iter) sort(limit int) {
+	sort.Slice(it.items, func(i, j int) bool { return it.items[i].key < it.items[j].key })
+	if limit > 0 && len(it.items) > limit {
+		it.items = it.items[:limit]
+	}
+}
+
+func (it *iter) Next() bool {
+	if it.pos >= len(it.items) {
+		return false
+	}
+	it.pos++
+	return true
+}
+func (it *iter) Key() []byte   { return []byte(it.items[it.pos-1].key) }
+func (it *iter) Value() []byte { return it.items[it.pos-1].value }
+func (it *iter) Count() int64  { return it.items[it.pos-1].count }
+func (it *iter) Err() error    { return nil }
+func (it *iter) Close() error  { return nil }
