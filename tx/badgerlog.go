@@ -14,6 +14,11 @@ type BadgerLogOptions struct {
 	// Prefix of every key the log writes. Default "\x00tx/". Participants
 	// sharing the DB must keep their keys out of it.
 	Prefix []byte
+	// Sync makes every waited Append durable before it returns, with group
+	// commit: concurrent appends share one DB.Sync. Open the DB with
+	// SyncWrites off: Badger's own SyncWrites syncs its write-ahead log once
+	// per transaction, which is far slower under concurrency.
+	Sync bool
 }
 
 // BadgerLog keeps the edit log inside a Badger DB that participants also write
@@ -31,6 +36,14 @@ type BadgerLog struct {
 	mu      sync.Mutex
 	seq     uint64 // next log key
 	pending []byte // edits of unwaited appends, written with the next waited one
+
+	sync    bool
+	smu     sync.Mutex
+	scond   *sync.Cond
+	done    uint64 // waited appends whose Badger commit returned
+	synced  uint64 // of those, how many a finished DB.Sync covers
+	syncing bool
+	syncErr error
 }
 
 // NewBadgerLog returns a log in db. Pass it as Options.Log to Open.
@@ -42,7 +55,9 @@ func NewBadgerLog(db *badger.DB, opts BadgerLogOptions) (*BadgerLog, error) {
 	if len(p) == 0 {
 		p = []byte("\x00tx/")
 	}
-	return &BadgerLog{db: db, prefix: append([]byte(nil), p...)}, nil
+	l := &BadgerLog{db: db, prefix: append([]byte(nil), p...), sync: opts.Sync}
+	l.scond = sync.NewCond(&l.smu)
+	return l, nil
 }
 
 // Store returns the *badger.DB, so that Stagers writing to it take the fast path.
@@ -141,7 +156,39 @@ func (l *BadgerLog) Append(b *Batch) error {
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		return fmt.Errorf("%w: the staged writes do not fit in one atomic Badger write: %v", ErrTooLarge, err)
 	}
-	return err
+	if err != nil || !l.sync {
+		return err
+	}
+	return l.groupSync()
+}
+
+// groupSync returns once a DB.Sync that started after this caller's commit has
+// finished. The first waiter runs it for everyone committed so far; the rest
+// wait for it (or for the next one) instead of syncing themselves.
+func (l *BadgerLog) groupSync() error {
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	l.done++
+	mine := l.done
+	for l.synced < mine && l.syncErr == nil {
+		if l.syncing {
+			l.scond.Wait()
+			continue
+		}
+		l.syncing = true
+		target := l.done
+		l.smu.Unlock()
+		err := l.db.Sync()
+		l.smu.Lock()
+		l.syncing = false
+		if err != nil {
+			l.syncErr = fmt.Errorf("tx: badger log sync: %w", err)
+		} else {
+			l.synced = target
+		}
+		l.scond.Broadcast()
+	}
+	return l.syncErr
 }
 
 // Snapshot returns a function that stores s and deletes the log entries it covers.

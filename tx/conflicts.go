@@ -9,16 +9,13 @@ type conflictIndex struct {
 	seq       uint64            // bumped by every commit that carried keys
 	committed map[uint64]uint64 // key -> seq of its last commit
 	pending   map[uint64]uint64 // key -> id of the tx holding it (between CanCommit and commit)
-	history   []commitKeys      // in seq order, to prune committed
+	sweepAt   int               // sweep committed when it reaches this size
 }
 
-type commitKeys struct {
-	seq  uint64
-	keys []uint64
-}
+const minSweep = 4096
 
 func newConflictIndex() conflictIndex {
-	return conflictIndex{committed: make(map[uint64]uint64), pending: make(map[uint64]uint64)}
+	return conflictIndex{committed: make(map[uint64]uint64), pending: make(map[uint64]uint64), sweepAt: minSweep}
 }
 
 // check reports whether a tx that started at startSeq may commit keys. When it
@@ -58,24 +55,26 @@ func (ci *conflictIndex) commit(keys []uint64) {
 	for _, k := range keys {
 		ci.committed[k] = ci.seq
 	}
-	ci.history = append(ci.history, commitKeys{seq: ci.seq, keys: keys})
 }
 
 // pruneBelow forgets commits with a sequence below bound: no transaction that
-// started at or after bound-1 can conflict with them.
+// started at or after bound-1 can conflict with them. It only sweeps once the
+// index has doubled since the last sweep, so its cost is O(1) per commit
+// amortized and the index stays within twice the live window (at least 4096).
 func (ci *conflictIndex) pruneBelow(bound uint64) {
-	i := 0
-	for ; i < len(ci.history) && ci.history[i].seq < bound; i++ {
-		h := ci.history[i]
-		for _, k := range h.keys {
-			if ci.committed[k] == h.seq {
+	if len(ci.committed) < ci.sweepAt {
+		return
+	}
+	if bound > ci.seq {
+		clear(ci.committed) // nothing in progress: no key can conflict
+	} else {
+		for k, s := range ci.committed {
+			if s < bound {
 				delete(ci.committed, k)
 			}
 		}
 	}
-	if i > 0 {
-		ci.history = append(ci.history[:0], ci.history[i:]...)
-	}
+	ci.sweepAt = max(minSweep, 2*len(ci.committed))
 }
 
 // size is the number of committed keys kept for conflict detection.

@@ -86,6 +86,15 @@ type txState struct {
 	finalizing bool
 }
 
+// loggedPointers is what an edit records of the pointers: nothing when the
+// id is the only one (replay then uses TxID), saving an allocation per commit.
+func (s *txState) loggedPointers() []uint64 {
+	if len(s.pointers) == 0 {
+		return nil
+	}
+	return s.allPointers()
+}
+
 func (s *txState) allPointers() []uint64 {
 	return append([]uint64{s.id}, s.pointers...)
 }
@@ -430,7 +439,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged bool)
 	c.gate.RLock()
 	// On error the outcome is unknown and appendDurable has stopped the
 	// coordinator rather than guess.
-	err = c.appendDurable(Edit{Kind: EditCommitted, TxID: st.id, Keys: st.keys, Pointers: st.allPointers()}, writes)
+	err = c.appendDurable(Edit{Kind: EditCommitted, TxID: st.id, Keys: st.keys, Pointers: st.loggedPointers()}, writes)
 	c.mu.Lock()
 	if err == nil {
 		c.finishLocked(st)
@@ -457,9 +466,7 @@ func (c *Coordinator) finishLocked(st *txState) {
 	c.conflicts.release(st.id, st.keys)
 	c.readPointer = max(c.readPointer, st.maxPointer())
 	c.dirty = true
-	if len(c.inProgress) == 0 {
-		c.conflicts.pruneBelow(c.conflicts.seq + 1)
-	} else if c.stats.committed%256 == 0 {
+	if len(c.conflicts.committed) >= c.conflicts.sweepAt {
 		c.conflicts.pruneBelow(c.oldestStartSeqLocked() + 1)
 	}
 }
@@ -494,7 +501,7 @@ func (c *Coordinator) Abort(tx *Tx) error {
 	}
 	c.finishLocked(st)
 	c.stats.aborted++
-	c.appendLocked(Edit{Kind: EditAborted, TxID: st.id, Pointers: st.allPointers()}, false)
+	c.appendLocked(Edit{Kind: EditAborted, TxID: st.id, Pointers: st.loggedPointers()}, false)
 	return nil
 }
 

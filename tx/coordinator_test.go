@@ -216,28 +216,34 @@ func TestInvalidateAndPrune(t *testing.T) {
 func TestCommittedKeysArePruned(t *testing.T) {
 	c := mustOpen(t, Options{})
 	start := must[*Tx](t)
-	old := start(c.StartShort(time.Minute)) // holds the window open
-	for i := 0; i < 1000; i++ {
+	commitKey := func(i int) {
 		tx := start(c.StartShort(time.Minute))
-		if err := c.CanCommit(tx, [][]byte{{byte(i), byte(i >> 8)}}); err != nil {
+		if err := c.CanCommit(tx, [][]byte{{byte(i), byte(i >> 8), byte(i >> 16)}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Commit(tx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := c.Stats().ConflictKeys; n != 1000 {
+	old := start(c.StartShort(time.Minute)) // holds the window open
+	for i := 0; i < 5000; i++ {
+		commitKey(i)
+	}
+	if n := c.Stats().ConflictKeys; n != 5000 {
 		t.Fatalf("with an old tx in progress every key must be kept: %d", n)
+	}
+	// The old transaction still conflicts with the first of them.
+	if err := c.CanCommit(old, [][]byte{{0, 0, 0}}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("old tx = %v, want ErrConflict", err)
 	}
 	if err := c.Abort(old); err != nil {
 		t.Fatal(err)
 	}
-	tx := start(c.StartShort(time.Minute))
-	if err := c.Commit(tx); err != nil {
-		t.Fatal(err)
+	for i := 5000; i < 10000; i++ {
+		commitKey(i)
 	}
-	if n := c.Stats().ConflictKeys; n != 0 {
-		t.Fatalf("with nothing in progress no key can conflict, kept %d", n)
+	if n := c.Stats().ConflictKeys; n >= 5000 {
+		t.Fatalf("with no old tx the index must have been swept: %d keys kept", n)
 	}
 }
 

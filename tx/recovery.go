@@ -94,6 +94,9 @@ func (c *Coordinator) restore(s *State, edits []Edit) {
 
 func (c *Coordinator) replay(e Edit, recoveredKeys map[uint64]struct{}) {
 	bump := func(p uint64) { c.nextPointer = max(c.nextPointer, p+1) }
+	if len(e.Pointers) == 0 && (e.Kind == EditCommitted || e.Kind == EditAborted || e.Kind == EditInvalid) {
+		e.Pointers = []uint64{e.TxID}
+	}
 	switch e.Kind {
 	case EditReserve:
 		c.reserved = max(c.reserved, e.Pointer)
