@@ -1,0 +1,219 @@
+package flowlets
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/flowrun/flowrun/flowlet"
+)
+
+// Parser outputs and the partition keys set on their events.
+const (
+	OutPages    = "pages"    // key KeyPath
+	OutVisitors = "visitors" // key KeyIP
+	OutStatus   = "status"   // key KeyStatus
+	OutBytes    = "bytes"    // key KeyHour
+
+	KeyPath   = "path"
+	KeyIP     = "ip"
+	KeyStatus = "status"
+	KeyHour   = "hour"
+)
+
+// Parser is the weblog_parser flowlet: each input event is one log line (the
+// line's bytes without its "\n"). A step parses its whole batch and emits,
+// per distinct value in the batch, one count record on pages (normalised
+// path), visitors (HOST) and status, and one hour record per UTC hour on
+// bytes (see the record formats in record.go). Summing per step keeps the
+// downstream queues small: a batch of 500 lines becomes a few hundred events
+// instead of 2,000.
+//
+// A malformed line fails the step with a *MalformedError (several: a
+// *MalformedLinesError), which the runtime retries and then moves to the
+// dead-letter queue; nothing of the batch is emitted by a failed step.
+type Parser struct {
+	lp       LineParser
+	pages    tally
+	visitors tally
+	status   tally
+	hours    []hourSum
+	buf      []byte
+}
+
+type hourSum struct {
+	hour         [HourKeyLen]byte
+	lines, bytes int64
+}
+
+// tally counts values in first-seen order (so emits are deterministic).
+type tally struct {
+	index map[string]int
+	vals  []string
+	n     []int64
+}
+
+func (t *tally) reset() {
+	if t.index == nil {
+		t.index = map[string]int{}
+	}
+	clear(t.index)
+	t.vals, t.n = t.vals[:0], t.n[:0]
+}
+
+func (t *tally) add(v []byte) {
+	if i, ok := t.index[string(v)]; ok {
+		t.n[i]++
+		return
+	}
+	s := string(v)
+	t.index[s] = len(t.vals)
+	t.vals = append(t.vals, s)
+	t.n = append(t.n, 1)
+}
+
+// MalformedError is a malformed line (README §2). It is permanent: the same
+// line fails the same way every time, so retrying it is pointless.
+type MalformedError struct {
+	// Index is the event's position in the step's batch, ID its event ID.
+	Index  int
+	ID     string
+	Reason Reason
+	// Excerpt is the start of the line, at most 200 bytes.
+	Excerpt string
+	Len     int
+}
+
+func (e *MalformedError) Error() string {
+	more := ""
+	if e.Len > len(e.Excerpt) {
+		more = fmt.Sprintf("… (%d bytes)", e.Len)
+	}
+	return fmt.Sprintf("weblog: malformed line (%s): %q%s", e.Reason, e.Excerpt, more)
+}
+
+// Permanent reports that retrying cannot help.
+func (e *MalformedError) Permanent() bool { return true }
+
+// MalformedLinesError is returned when a batch holds several malformed
+// lines; it unwraps to each one's *MalformedError.
+type MalformedLinesError struct {
+	Lines []*MalformedError
+}
+
+func (e *MalformedLinesError) Error() string {
+	idx := make([]string, len(e.Lines))
+	for i, l := range e.Lines {
+		idx[i] = fmt.Sprint(l.Index)
+	}
+	return fmt.Sprintf("weblog: %d malformed lines in the batch (events %s); first: %v",
+		len(e.Lines), strings.Join(idx, ", "), e.Lines[0])
+}
+
+// Unwrap returns the lines' errors.
+func (e *MalformedLinesError) Unwrap() []error {
+	out := make([]error, len(e.Lines))
+	for i, l := range e.Lines {
+		out[i] = l
+	}
+	return out
+}
+
+// Permanent reports that retrying cannot help.
+func (e *MalformedLinesError) Permanent() bool { return true }
+
+// Init rejects any config: the parsing rules are fixed.
+func (p *Parser) Init(ic flowlet.InitContext) error { return ic.Config.Known() }
+
+// Process handles a one-event step.
+func (p *Parser) Process(ctx flowlet.Context, ev flowlet.Event) error {
+	return p.ProcessBatch(ctx, []flowlet.Event{ev})
+}
+
+// ProcessBatch parses the batch and emits its sums.
+func (p *Parser) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) error {
+	p.pages.reset()
+	p.visitors.reset()
+	p.status.reset()
+	p.hours = p.hours[:0]
+	var bad []*MalformedError
+	for i := range evs {
+		l, reason, ok := p.lp.Parse(evs[i].Payload)
+		if !ok {
+			bad = append(bad, malformed(i, &evs[i], reason))
+			continue
+		}
+		if bad != nil {
+			continue // the step fails anyway; just find the other bad lines
+		}
+		p.pages.add(l.Path)
+		p.visitors.add(l.Host)
+		p.status.add(l.Status[:])
+		p.addHour(&l)
+	}
+	switch len(bad) {
+	case 0:
+	case 1:
+		return bad[0]
+	default:
+		return &MalformedLinesError{Lines: bad}
+	}
+	if err := p.emitTally(ctx, &p.pages, OutPages, KeyPath); err != nil {
+		return err
+	}
+	if err := p.emitTally(ctx, &p.visitors, OutVisitors, KeyIP); err != nil {
+		return err
+	}
+	if err := p.emitTally(ctx, &p.status, OutStatus, KeyStatus); err != nil {
+		return err
+	}
+	for i := range p.hours {
+		h := &p.hours[i]
+		p.buf = AppendHour(p.buf[:0], h.lines, h.bytes, h.hour[:])
+		if err := ctx.Emit(OutBytes, p.buf, flowlet.Key(KeyHour, string(h.hour[:]))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Parser) addHour(l *Line) {
+	// Lines mostly come in time order: the hour is nearly always the last one.
+	for i := len(p.hours) - 1; i >= 0; i-- {
+		if p.hours[i].hour == l.Hour {
+			p.hours[i].lines++
+			p.hours[i].bytes += l.Bytes
+			return
+		}
+	}
+	p.hours = append(p.hours, hourSum{hour: l.Hour, lines: 1, bytes: l.Bytes})
+}
+
+func (p *Parser) emitTally(ctx flowlet.Context, t *tally, out, key string) error {
+	for i, v := range t.vals {
+		p.buf = AppendCount(p.buf[:0], t.n[i], v)
+		k := v
+		if len(v) > flowlet.MaxKeySize {
+			ck, _ := CounterKey([]byte(v))
+			k = string(ck)
+		}
+		if err := ctx.Emit(out, p.buf, flowlet.Key(key, k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func malformed(i int, ev *flowlet.Event, r Reason) *MalformedError {
+	ex := ev.Payload
+	if len(ex) > 200 {
+		ex = ex[:200]
+	}
+	return &MalformedError{Index: i, ID: ev.ID, Reason: r, Excerpt: string(ex), Len: len(ev.Payload)}
+}
+
+// IsMalformed reports whether err is (or wraps) a malformed-line error.
+func IsMalformed(err error) bool {
+	var m *MalformedError
+	return errors.As(err, &m)
+}
