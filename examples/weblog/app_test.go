@@ -1,0 +1,102 @@
+package weblog_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/flowrun/flowrun/examples/weblog/flowlets"
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/planner"
+)
+
+// plannerTypes returns the registered flowlet types as the planner wants
+// them, with stand-ins for the runtime's built-in file_source and file_sink
+// when they are not registered in this binary.
+func plannerTypes() map[string]planner.TypeInfo {
+	types := map[string]planner.TypeInfo{
+		"file_source": {Source: true},
+		"file_sink":   {Sink: true},
+	}
+	for _, t := range flowlet.Types() {
+		types[t.Name] = planner.TypeInfo{Outputs: t.Info.Outputs, Source: t.Info.Source, Sink: t.Info.Sink}
+	}
+	return types
+}
+
+func TestAppYAMLPlans(t *testing.T) {
+	env := map[string]string{}
+	plan, err := planner.ParseFile("app.yaml", planner.Options{
+		Types:     plannerTypes(),
+		LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := plan.Flowlet("reader")
+	if reader == nil || reader.Config["path"] != "./access.log" {
+		t.Fatalf("reader %+v", reader)
+	}
+	if p := plan.Flowlet("parser"); p == nil || p.Type != flowlets.TypeParser || p.Instances != 2 {
+		t.Fatalf("parser %+v", p)
+	}
+	want := map[string]string{
+		"reader.out":           "parser:round_robin",
+		"parser.pages":         "page_views:hash(path)",
+		"parser.visitors":      "unique_visitors:hash(ip)",
+		"parser.status":        "status_counts:fifo",
+		"parser.bytes":         "bytes_per_hour:fifo",
+		"bytes_per_hour.hours": "hours_file:fifo",
+	}
+	if len(plan.Queues) != len(want) {
+		t.Errorf("%d queues, want %d", len(plan.Queues), len(want))
+	}
+	for _, q := range plan.Queues {
+		var gs []string
+		for _, g := range q.Groups {
+			s := g.Name + ":" + string(g.Strategy)
+			if g.Key != "" {
+				s = g.Name + ":hash(" + g.Key + ")"
+			}
+			gs = append(gs, s)
+		}
+		if got := strings.Join(gs, ","); got != want[q.Name] {
+			t.Errorf("queue %s: groups %s, want %s", q.Name, got, want[q.Name])
+		}
+	}
+	// The queue keys are the ones the parser sets.
+	for q, k := range map[string]string{"parser.pages": flowlets.KeyPath, "parser.visitors": flowlets.KeyIP} {
+		if plan.Queue(q).Key != k {
+			t.Errorf("queue %s key %q, want %q", q, plan.Queue(q).Key, k)
+		}
+	}
+	if bph := plan.Flowlet("bytes_per_hour"); bph.Tick == 0 {
+		t.Error("bytes_per_hour has no tick")
+	}
+
+	// Every weblog flowlet accepts its config.
+	for _, f := range plan.Flowlets {
+		typ, ok := flowlet.Lookup(f.Type)
+		if !ok || !strings.HasPrefix(f.Type, "weblog_") {
+			continue
+		}
+		fl := typ.New()
+		if in, ok := fl.(flowlet.Initializer); ok {
+			err := in.Init(flowlet.InitContext{Name: f.Name, Instances: f.Instances, Config: flowlet.NewConfig(f.Name, f.Config)})
+			if err != nil {
+				t.Errorf("%s: Init: %v", f.Name, err)
+			}
+		}
+	}
+
+	env["WEBLOG_INPUT"] = "/data/x.log"
+	plan, err = planner.ParseFile("app.yaml", planner.Options{
+		Types:     plannerTypes(),
+		LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := plan.Flowlet("reader").Config["path"]; p != "/data/x.log" {
+		t.Errorf("WEBLOG_INPUT ignored: %v", p)
+	}
+}
