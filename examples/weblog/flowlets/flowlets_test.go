@@ -375,3 +375,47 @@ func TestRegistered(t *testing.T) {
 		}
 	}
 }
+
+// dlContext adds the runtime's optional DeadLetter method to the fake
+// Context: dead letters are kept with the step, like emits.
+type dlContext struct {
+	*flowlettest.Context
+	pending, dead []string
+}
+
+func (c *dlContext) DeadLetter(payload []byte, reason string) error {
+	c.pending = append(c.pending, string(payload)+" | "+reason)
+	return nil
+}
+
+func (c *dlContext) step(p *Parser, evs ...flowlet.Event) error {
+	err := p.ProcessBatch(c, evs)
+	if err != nil {
+		c.Abort()
+	} else {
+		c.Commit()
+		c.dead = append(c.dead, c.pending...)
+	}
+	c.pending = nil
+	return err
+}
+
+func TestParserDeadLettersItself(t *testing.T) {
+	c := &dlContext{Context: newParserCtx()}
+	p := &Parser{}
+	good := okLine()
+	if err := c.step(p, events(good, "garbage", good, "", good+"\r\r")...); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"garbage | weblog: malformed line (fields)", " | weblog: malformed line (empty)", good + "\r\r | weblog: malformed line (fields)"}
+	if strings.Join(c.dead, "\n") != strings.Join(want, "\n") {
+		t.Errorf("dead letters:\n%s", strings.Join(c.dead, "\n"))
+	}
+	// The good lines of the same batch count.
+	if got := decoded(t, c.Context, OutPages, KeyPath); !eq(got, map[string]int64{"/docs/index.html": 2}) {
+		t.Errorf("pages %v", got)
+	}
+	if got := decoded(t, c.Context, OutStatus, KeyStatus); !eq(got, map[string]int64{"200": 2}) {
+		t.Errorf("status %v", got)
+	}
+}

@@ -29,9 +29,14 @@ const (
 // downstream queues small: a batch of 500 lines becomes a few hundred events
 // instead of 2,000.
 //
-// A malformed line fails the step with a *MalformedError (several: a
-// *MalformedLinesError), which the runtime retries and then moves to the
-// dead-letter queue; nothing of the batch is emitted by a failed step.
+// A malformed line goes to the flowlet's dead-letter queue. When the step's
+// Context can dead-letter an input itself (the runtime's, through the method
+// DeadLetter(payload []byte, reason string) error), the parser does so in the
+// step's transaction and the rest of the batch is processed as usual: a parse
+// error is permanent, so retrying it would only cost time. Otherwise the step
+// fails with a *MalformedError (several: a *MalformedLinesError, naming every
+// bad event), nothing of the batch is emitted, and the runtime retries and
+// then dead-letters the line.
 type Parser struct {
 	lp       LineParser
 	pages    tally
@@ -122,6 +127,13 @@ func (e *MalformedLinesError) Unwrap() []error {
 // Permanent reports that retrying cannot help.
 func (e *MalformedLinesError) Permanent() bool { return true }
 
+// deadLetterer is the runtime's optional Context method that moves an input
+// to the flowlet's dead-letter queue in the step's transaction (matched
+// structurally, as the runtime documents).
+type deadLetterer interface {
+	DeadLetter(payload []byte, reason string) error
+}
+
 // Init rejects any config: the parsing rules are fixed.
 func (p *Parser) Init(ic flowlet.InitContext) error { return ic.Config.Known() }
 
@@ -137,9 +149,16 @@ func (p *Parser) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) error {
 	p.status.reset()
 	p.hours = p.hours[:0]
 	var bad []*MalformedError
+	dl, canDL := ctx.(deadLetterer)
 	for i := range evs {
 		l, reason, ok := p.lp.Parse(evs[i].Payload)
 		if !ok {
+			if canDL {
+				if err := dl.DeadLetter(evs[i].Payload, "weblog: malformed line ("+reason.String()+")"); err != nil {
+					return err
+				}
+				continue
+			}
 			bad = append(bad, malformed(i, &evs[i], reason))
 			continue
 		}
