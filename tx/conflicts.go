@@ -1,81 +1,98 @@
 package tx
 
-// conflictIndex detects write-write conflicts in O(keys) per commit: it maps
-// each recently committed change key to the commit sequence number at which it
-// last committed, instead of keeping Tephra's list of change sets that every
-// check walks. Keys whose sequence is older than the oldest in-progress
-// transaction can never conflict again and are pruned.
+// conflictIndex detects write-write conflicts in O(keys) per commit: one map
+// from change-key hash to the sequence number of its last commit, instead of
+// Tephra's list of change sets that every check walks. While a transaction
+// holds a key (between CanCommit and its commit record landing), the entry is
+// marked pending with the holder's id, and the value it replaced is kept by
+// the holder to restore on abort. Keys older than the oldest in-progress
+// transaction can never conflict again and are swept.
 type conflictIndex struct {
-	seq       uint64            // bumped by every commit that carried keys
-	committed map[uint64]uint64 // key -> seq of its last commit
-	pending   map[uint64]uint64 // key -> id of the tx holding it (between CanCommit and commit)
-	sweepAt   int               // sweep committed when it reaches this size
+	seq     uint64            // bumped by every commit that carried keys
+	keys    map[uint64]uint64 // key -> seq of its last commit, or pendingBit|holder id
+	sweepAt int               // sweep when the map reaches this size
 }
 
-const minSweep = 4096
+const (
+	pendingBit = uint64(1) << 63
+	minSweep   = 4096
+)
 
 func newConflictIndex() conflictIndex {
-	return conflictIndex{committed: make(map[uint64]uint64), pending: make(map[uint64]uint64), sweepAt: minSweep}
+	return conflictIndex{keys: make(map[uint64]uint64), sweepAt: minSweep}
 }
 
-// check reports whether a tx that started at startSeq may commit keys. When it
-// may not, pending tells whether the other writer is still committing.
-func (ci *conflictIndex) check(id, startSeq uint64, keys []uint64) (pending, ok bool) {
+// checkAndHold reserves keys for transaction id, which started at startSeq,
+// unless one of them committed after it started or is held by another
+// transaction (pending). It returns the replaced values, for release.
+func (ci *conflictIndex) checkAndHold(id, startSeq uint64, keys, saved []uint64) (_ []uint64, pending, ok bool) {
+	saved = saved[:0]
 	for _, k := range keys {
-		if s, hit := ci.committed[k]; hit && s > startSeq {
-			return false, false
+		v := ci.keys[k]
+		if v&pendingBit != 0 {
+			if v&^pendingBit != id {
+				return saved, true, false
+			}
+		} else if v > startSeq {
+			return saved, false, false
 		}
-		if holder, hit := ci.pending[k]; hit && holder != id {
-			return true, false
+		saved = append(saved, v)
+	}
+	for _, k := range keys {
+		ci.keys[k] = pendingBit | id
+	}
+	return saved, false, true
+}
+
+// release gives back keys id holds, restoring what they replaced.
+func (ci *conflictIndex) release(id uint64, keys, saved []uint64) {
+	for i, k := range keys {
+		if ci.keys[k] != pendingBit|id {
+			continue
+		}
+		if i < len(saved) && saved[i] != 0 {
+			ci.keys[k] = saved[i]
+		} else {
+			delete(ci.keys, k)
 		}
 	}
-	return false, true
 }
 
-func (ci *conflictIndex) hold(id uint64, keys []uint64) {
-	for _, k := range keys {
-		ci.pending[k] = id
-	}
-}
-
-func (ci *conflictIndex) release(id uint64, keys []uint64) {
-	for _, k := range keys {
-		if ci.pending[k] == id {
-			delete(ci.pending, k)
-		}
-	}
-}
-
-// commit records keys as committed now.
+// commit records keys as committed now (replacing their pending marks).
 func (ci *conflictIndex) commit(keys []uint64) {
 	if len(keys) == 0 {
 		return
 	}
 	ci.seq++
 	for _, k := range keys {
-		ci.committed[k] = ci.seq
+		ci.keys[k] = ci.seq
 	}
 }
 
 // pruneBelow forgets commits with a sequence below bound: no transaction that
 // started at or after bound-1 can conflict with them. It only sweeps once the
-// index has doubled since the last sweep, so its cost is O(1) per commit
-// amortized and the index stays within twice the live window (at least 4096).
+// map has doubled since the last sweep, so its cost is O(1) per commit
+// amortized and the map stays within twice the live window (at least 4096).
 func (ci *conflictIndex) pruneBelow(bound uint64) {
-	if len(ci.committed) < ci.sweepAt {
+	if len(ci.keys) < ci.sweepAt {
 		return
 	}
-	if bound > ci.seq {
-		clear(ci.committed) // nothing in progress: no key can conflict
-	} else {
-		for k, s := range ci.committed {
-			if s < bound {
-				delete(ci.committed, k)
-			}
+	for k, v := range ci.keys {
+		if v&pendingBit == 0 && v < bound {
+			delete(ci.keys, k)
 		}
 	}
-	ci.sweepAt = max(minSweep, 2*len(ci.committed))
+	ci.sweepAt = max(minSweep, 2*len(ci.keys))
 }
 
-// size is the number of committed keys kept for conflict detection.
-func (ci *conflictIndex) size() int { return len(ci.committed) }
+// committedKeys calls fn for every committed (not pending) key.
+func (ci *conflictIndex) committedKeys(fn func(key, seq uint64)) {
+	for k, v := range ci.keys {
+		if v&pendingBit == 0 {
+			fn(k, v)
+		}
+	}
+}
+
+// size is the number of keys kept for conflict detection.
+func (ci *conflictIndex) size() int { return len(ci.keys) }

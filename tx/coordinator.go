@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -80,6 +81,7 @@ type txState struct {
 	pointers []uint64 // checkpoint pointers after id
 	startSeq uint64   // commit sequence when it started: conflicts are commits after it
 	keys     []uint64 // change keys held as pending since CanCommit
+	saved    []uint64 // what holding keys replaced in the conflict index
 	// committing: passed CanCommit, so participants may have persisted data.
 	committing bool
 	// finalizing: its commit record is being written; it cannot expire now.
@@ -131,8 +133,8 @@ type Coordinator struct {
 	dirty        bool // snap is stale
 	conflicts    conflictIndex
 	pruners      []*Pruner
-	sinceSnap    int
-	snapshotting bool
+	sinceSnap    atomic.Int64 // logged batches since the last snapshot
+	snapshotting atomic.Bool
 
 	stats   counters
 	latency histogram
@@ -226,7 +228,7 @@ func (c *Coordinator) appendLocked(e Edit, wait bool) error {
 	if err := c.log.Append(&Batch{Edits: []Edit{e}, Wait: wait}); err != nil {
 		return c.failLocked(err)
 	}
-	c.noteLoggedLocked()
+	c.noteLogged(true)
 	return nil
 }
 
@@ -376,26 +378,27 @@ func (c *Coordinator) appendDurable(e Edit, writes []Write) error {
 		return nil
 	}
 	err := c.log.Append(&Batch{Edits: []Edit{e}, Writes: writes, Wait: true})
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if errors.Is(err, ErrTooLarge) {
 		return err // refused whole: nothing was written
 	}
 	if err != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		return c.failLocked(err)
 	}
-	c.noteLoggedLocked()
+	c.noteLogged(false)
 	return nil
 }
 
 func (c *Coordinator) reserveKeysLocked(st *txState, keys []uint64) error {
-	c.conflicts.release(st.id, st.keys)
+	c.conflicts.release(st.id, st.keys, st.saved)
 	st.keys = nil
-	if pending, ok := c.conflicts.check(st.id, st.startSeq, keys); !ok {
+	saved, pending, ok := c.conflicts.checkAndHold(st.id, st.startSeq, keys, st.saved)
+	st.saved = saved
+	if !ok {
 		c.stats.conflicts++
 		return &ConflictError{TxID: st.id, Pending: pending}
 	}
-	c.conflicts.hold(st.id, keys)
 	st.keys = keys
 	return nil
 }
@@ -442,8 +445,9 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged bool)
 	err = c.appendDurable(Edit{Kind: EditCommitted, TxID: st.id, Keys: st.keys, Pointers: st.loggedPointers()}, writes)
 	c.mu.Lock()
 	if err == nil {
-		c.finishLocked(st)
 		c.conflicts.commit(st.keys)
+		st.keys = nil // committed: nothing to release
+		c.finishLocked(st)
 		c.stats.committed++
 	} else if errors.Is(err, ErrTooLarge) {
 		st.finalizing = false // nothing landed: the caller aborts
@@ -463,10 +467,10 @@ func (c *Coordinator) finishLocked(st *txState) {
 	for _, p := range st.pointers {
 		c.removeOrderedLocked(p)
 	}
-	c.conflicts.release(st.id, st.keys)
+	c.conflicts.release(st.id, st.keys, st.saved)
 	c.readPointer = max(c.readPointer, st.maxPointer())
 	c.dirty = true
-	if len(c.conflicts.committed) >= c.conflicts.sweepAt {
+	if c.conflicts.size() >= c.conflicts.sweepAt {
 		c.conflicts.pruneBelow(c.oldestStartSeqLocked() + 1)
 	}
 }

@@ -25,11 +25,11 @@ func (c *Coordinator) stateLocked() *State {
 	}
 	// Only keys that an in-progress transaction could still conflict with.
 	oldest := c.oldestStartSeqLocked()
-	for k, seq := range c.conflicts.committed {
+	c.conflicts.committedKeys(func(k, seq uint64) {
 		if seq > oldest {
 			s.Committed = append(s.Committed, CommittedKey{Key: k, Pointer: seq})
 		}
-	}
+	})
 	slices.SortFunc(s.Committed, func(a, b CommittedKey) int {
 		switch {
 		case a.Key < b.Key:
@@ -74,13 +74,6 @@ func (c *Coordinator) restore(s *State, edits []Edit) {
 	c.nextPointer = max(c.nextPointer, c.reserved)
 	c.reserved = c.nextPointer // the next start reserves a fresh block
 	c.ordered = c.ordered[:0]
-	for _, st := range c.inProgress {
-		c.ordered = append(c.ordered, st.allPointers()...)
-		if st.committing {
-			c.conflicts.hold(st.id, st.keys)
-		}
-	}
-	slices.Sort(c.ordered)
 	if len(recoveredKeys) > 0 {
 		keys := make([]uint64, 0, len(recoveredKeys))
 		for k := range recoveredKeys {
@@ -89,6 +82,20 @@ func (c *Coordinator) restore(s *State, edits []Edit) {
 		// One commit at seq 1; recovered transactions have startSeq 0, new ones >= 1.
 		c.conflicts.commit(keys)
 	}
+	for _, st := range c.inProgress {
+		c.ordered = append(c.ordered, st.allPointers()...)
+		if st.committing {
+			keys := st.keys
+			st.keys = nil
+			// Recovered committing transactions keep their keys (startSeq 1
+			// lets them hold keys committed before the crash).
+			saved, _, ok := c.conflicts.checkAndHold(st.id, 1, keys, nil)
+			if ok {
+				st.keys, st.saved = keys, saved
+			}
+		}
+	}
+	slices.Sort(c.ordered)
 	c.dirty = true
 }
 
@@ -141,18 +148,26 @@ func (c *Coordinator) replay(e Edit, recoveredKeys map[uint64]struct{}) {
 	}
 }
 
-// noteLoggedLocked counts logged batches and starts a snapshot when enough
-// have accumulated since the last one.
-func (c *Coordinator) noteLoggedLocked() {
-	c.sinceSnap++
-	if c.sinceSnap >= c.opts.SnapshotEvery && !c.snapshotting && !c.closed {
-		c.snapshotting = true
-		c.done.Add(1)
-		go func() {
-			defer c.done.Done()
-			c.Snapshot()
-		}()
+// noteLogged counts logged batches and starts a snapshot in the background
+// when enough have accumulated since the last one. locked tells whether the
+// caller holds c.mu.
+func (c *Coordinator) noteLogged(locked bool) {
+	if c.sinceSnap.Add(1) < int64(c.opts.SnapshotEvery) || !c.snapshotting.CompareAndSwap(false, true) {
+		return
 	}
+	if !locked {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+	}
+	if c.closed {
+		c.snapshotting.Store(false)
+		return
+	}
+	c.done.Add(1)
+	go func() {
+		defer c.done.Done()
+		c.Snapshot()
+	}()
 }
 
 // Snapshot writes the coordinator's state to its log and lets the log drop the
@@ -166,20 +181,18 @@ func (c *Coordinator) Snapshot() error {
 	c.gate.Lock() // no commit between its log write and its finalization
 	c.mu.Lock()
 	if err := c.checkOpenLocked(); err != nil {
-		c.snapshotting = false
+		c.snapshotting.Store(false)
 		c.mu.Unlock()
 		c.gate.Unlock()
 		return err
 	}
 	write, err := c.log.Snapshot(c.stateLocked())
-	c.sinceSnap = 0
+	c.sinceSnap.Store(0)
 	c.mu.Unlock()
 	c.gate.Unlock()
 	if err == nil {
 		err = write()
 	}
-	c.mu.Lock()
-	c.snapshotting = false
-	c.mu.Unlock()
+	c.snapshotting.Store(false)
 	return err
 }
