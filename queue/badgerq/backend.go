@@ -47,6 +47,13 @@ type Options struct {
 	// once; otherwise eviction reports the pointer below which nothing is left.
 	Coordinator *tx.Coordinator
 	FastPath    bool
+	// Sync makes the backend's own writes durable before they return: queue
+	// and group metadata, truncation and deletion, and on the general path
+	// Persist (before the commit record is written). Set it together with
+	// tx.BadgerLogOptions{Sync: true}; the fast path's commits are synced by
+	// the log. Eviction's deletes are never synced: replaying them is
+	// harmless.
+	Sync bool
 	// Now is the clock (default time.Now), for TTL tests.
 	Now func() time.Time
 }
@@ -290,7 +297,7 @@ func (b *Backend) saveMeta(name string, m *queueMeta, extra func(*badger.Txn) er
 	if err != nil {
 		return err
 	}
-	return b.db.Update(func(txn *badger.Txn) error {
+	err = b.db.Update(func(txn *badger.Txn) error {
 		if err := txn.Set(metaKey(name), v); err != nil {
 			return err
 		}
@@ -299,6 +306,18 @@ func (b *Backend) saveMeta(name string, m *queueMeta, extra func(*badger.Txn) er
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return b.sync()
+}
+
+// sync makes what was written so far durable when Options.Sync is set.
+func (b *Backend) sync() error {
+	if !b.opts.Sync {
+		return nil
+	}
+	return b.db.Sync()
 }
 
 // CreateQueue implements queue.Backend.
@@ -335,6 +354,7 @@ func (b *Backend) CreateQueue(name string, cfg queue.Config) error {
 	if err != nil {
 		return err
 	}
+	// saveMeta below syncs both writes.
 	m := queueMeta{ID: id, Config: cfg, NextGroup: 1}
 	if err := b.saveMeta(name, &m, nil); err != nil {
 		return err
@@ -359,6 +379,9 @@ func (b *Backend) DeleteQueue(name string) error {
 	if err := b.db.Update(func(txn *badger.Txn) error { return txn.Delete(metaKey(name)) }); err != nil {
 		return err
 	}
+	if err := b.sync(); err != nil {
+		return err
+	}
 	// Queue ids are never reused, so leftovers of a crash here are inert.
 	if _, _, err := b.deletePrefix(queuePrefix(q.id)); err != nil {
 		return err
@@ -378,7 +401,10 @@ func (b *Backend) TruncateQueue(name string) error {
 	q.events.Add(-ev)
 	q.bytes.Add(-by)
 	q.signalSpace()
-	return err
+	if err != nil {
+		return err
+	}
+	return b.sync()
 }
 
 // deletePrefix deletes every key under prefix; for entry keys it returns the

@@ -46,12 +46,12 @@ func benchHop(b *testing.B, durable bool, size, batch, instances int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bl, _ := tx.NewBadgerLog(db, tx.BadgerLogOptions{})
+	bl, _ := tx.NewBadgerLog(db, tx.BadgerLogOptions{Sync: durable})
 	coord, err := tx.Open(tx.Options{Log: bl})
 	if err != nil {
 		b.Fatal(err)
 	}
-	be, err := Open(db, Options{Coordinator: coord, FastPath: true})
+	be, err := Open(db, Options{Coordinator: coord, FastPath: true, Sync: durable})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -136,7 +136,8 @@ func benchHop(b *testing.B, durable bool, size, batch, instances int) {
 	b.ReportMetric(float64(peakRSS())/(1<<20), "maxRSS_MiB")
 }
 
-// rawBadger writes the same events with a WriteBatch, one entry each.
+// rawBadger writes the same events with a WriteBatch, one entry each, and
+// when durable syncs once at the end.
 func rawBadger(b *testing.B, durable bool, size, n int) time.Duration {
 	db, err := badger.Open(TunedOptions(b.TempDir(), durable))
 	if err != nil {
@@ -155,6 +156,11 @@ func rawBadger(b *testing.B, durable bool, size, n int) time.Duration {
 	}
 	if err := wb.Flush(); err != nil {
 		b.Fatal(err)
+	}
+	if durable {
+		if err := db.Sync(); err != nil {
+			b.Fatal(err)
+		}
 	}
 	return time.Since(began)
 }

@@ -359,7 +359,10 @@ func (c *consumer) Persist() error {
 		}
 	}
 	c.persisted = true
-	return wb.Flush()
+	if err := wb.Flush(); err != nil {
+		return err
+	}
+	return c.b.sync()
 }
 
 func (c *consumer) PostCommit() {

@@ -57,7 +57,7 @@ func openCrashNode(fail func(error), dir string) *crashNode {
 	if err != nil {
 		fail(err)
 	}
-	bl, err := tx.NewBadgerLog(db, tx.BadgerLogOptions{})
+	bl, err := tx.NewBadgerLog(db, tx.BadgerLogOptions{Sync: true})
 	if err != nil {
 		fail(err)
 	}
@@ -65,7 +65,7 @@ func openCrashNode(fail func(error), dir string) *crashNode {
 	if err != nil {
 		fail(err)
 	}
-	b, err := Open(db, Options{Coordinator: coord, FastPath: true})
+	b, err := Open(db, Options{Coordinator: coord, FastPath: true, Sync: true})
 	if err != nil {
 		fail(err)
 	}

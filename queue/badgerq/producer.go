@@ -133,7 +133,10 @@ func (p *producer) Persist() error {
 			return err
 		}
 	}
-	return wb.Flush()
+	if err := wb.Flush(); err != nil {
+		return err
+	}
+	return p.b.sync()
 }
 
 func (p *producer) PostCommit() {
