@@ -1,0 +1,423 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/internal/state"
+	"github.com/flowrun/flowrun/planner"
+	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/tx"
+)
+
+// Options configure an App. The zero value is usable.
+type Options struct {
+	// DataDir is the app's store (default DefaultDataDir(plan.App)).
+	DataDir string
+	// NoSync leaves syncing to the OS: a commit survives kill -9 but not a
+	// power loss. The default syncs every commit (Badger groups concurrent
+	// commits into one sync).
+	NoSync bool
+	// Logger gets the runtime's logs (default: discard).
+	Logger *slog.Logger
+	// Drain makes Run return once every source has ended (ErrEndOfInput),
+	// every queue is empty and no step is in flight; tickers get one last
+	// tick first.
+	Drain bool
+	// StepTimeout bounds one step's transaction (default 1m).
+	StepTimeout time.Duration
+	// IdleWait is how long a source that returned ErrIdle waits before it is
+	// called again, unless it signals readiness earlier (default 100ms).
+	IdleWait time.Duration
+	// GCInterval is how often state GC runs (default 10s); MaintainInterval
+	// how often queue maintenance (compaction, value-log GC) runs (default
+	// 1m). Eviction of consumed queue entries runs every 200ms regardless.
+	GCInterval, MaintainInterval time.Duration
+}
+
+func (o *Options) withDefaults(app string) {
+	if o.DataDir == "" {
+		o.DataDir = DefaultDataDir(app)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.StepTimeout <= 0 {
+		o.StepTimeout = time.Minute
+	}
+	if o.IdleWait <= 0 {
+		o.IdleWait = 100 * time.Millisecond
+	}
+	if o.GCInterval <= 0 {
+		o.GCInterval = 10 * time.Second
+	}
+	if o.MaintainInterval <= 0 {
+		o.MaintainInterval = time.Minute
+	}
+}
+
+// Reserved output names: a flowlet's dead-letter queue is "<flowlet>.dlq" and
+// the queue DLQ replay feeds it from is "<flowlet>.dlq-replay".
+const (
+	DLQOutput    = "dlq"
+	ReplayOutput = "dlq-replay"
+)
+
+// DLQName is the name of a flowlet's dead-letter queue.
+func DLQName(flowletName string) string { return planner.QueueName(flowletName, DLQOutput) }
+
+// ReplayName is the name of the queue `dlq replay` moves dead letters to.
+func ReplayName(flowletName string) string { return planner.QueueName(flowletName, ReplayOutput) }
+
+const dlqMaxEventBytes = queue.DefaultMaxEventBytes + maxErrorBytes + 64<<10
+
+// App is a Plan running (or ready to run) in this process on one store.
+type App struct {
+	plan *planner.Plan
+	opts Options
+	log  *slog.Logger
+	st   *store
+
+	instances []*instance
+	flowlets  []*flowletRT
+	subs      map[string][]chan struct{} // queue → wake channels of its consumers
+	fastPath  bool
+	busy      atomic.Int64 // steps in flight that hold input
+
+	gcStores []*state.Store
+	wm       *state.Watermark
+
+	sourcesLeft atomic.Int64
+	sourceErr   atomic.Pointer[error]
+	drained     atomic.Bool
+	fatal       chan error
+
+	started time.Time
+	rateMu  sync.Mutex
+	closed  bool
+	ran     bool
+}
+
+// flowletRT is what the instances of one flowlet share.
+type flowletRT struct {
+	fl     *planner.Flowlet
+	typ    flowlet.Type
+	st     *flowletStats
+	rate   rateMeter
+	source bool
+}
+
+type flowletStats struct {
+	processed, emitted, failed, dead, conflicts, unrouted, steps atomic.Uint64
+	done                                                         atomic.Int64 // source instances that ended
+	errMu                                                        sync.Mutex
+	lastErr                                                      string
+}
+
+func (s *flowletStats) setErr(err error) {
+	s.errMu.Lock()
+	s.lastErr = err.Error()
+	s.errMu.Unlock()
+}
+
+// PlannerTypes is the planner's view of every registered flowlet type.
+func PlannerTypes() map[string]planner.TypeInfo {
+	m := map[string]planner.TypeInfo{}
+	for _, t := range flowlet.Types() {
+		m[t.Name] = planner.TypeInfo{Outputs: t.Info.Outputs, Source: t.Info.Source, Sink: t.Info.Sink}
+	}
+	return m
+}
+
+// ParseFile plans an app file against the registered flowlet types.
+func ParseFile(path string) (*planner.Plan, error) {
+	return planner.ParseFile(path, planner.Options{Types: PlannerTypes()})
+}
+
+// Open opens the app's store, creates or updates its queues and consumer
+// groups, and creates and initializes every flowlet instance. Nothing runs
+// until Run.
+func Open(plan *planner.Plan, opts Options) (*App, error) {
+	opts.withDefaults(plan.App)
+	a := &App{plan: plan, opts: opts, log: opts.Logger, subs: map[string][]chan struct{}{}, fatal: make(chan error, 1)}
+	if err := a.checkPlan(); err != nil {
+		return nil, err
+	}
+	st, err := openStore(opts.DataDir, storeOptions{durable: !opts.NoSync})
+	if err != nil {
+		return nil, err
+	}
+	a.st = st
+	a.wm = state.NewWatermark(st.coord)
+	if err := a.reconcile(); err != nil {
+		a.st.close()
+		return nil, err
+	}
+	if err := a.build(); err != nil {
+		a.closeFlowlets()
+		a.st.close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *App) checkPlan() error {
+	var errs []error
+	for _, f := range a.plan.Flowlets {
+		if f.Plugin != "" {
+			errs = append(errs, fmt.Errorf("flowlet %q: plugins are not supported by this runtime (plugin %q); register the type with flowlet.Register in a Go binary built on runtime/cli", f.Name, f.Plugin))
+			continue
+		}
+		if _, ok := flowlet.Lookup(f.Type); !ok {
+			errs = append(errs, fmt.Errorf("flowlet %q: unknown flowlet type %q", f.Name, f.Type))
+		}
+		for _, o := range f.Outputs {
+			if o == DLQOutput || o == ReplayOutput {
+				errs = append(errs, fmt.Errorf("flowlet %q: output name %q is reserved for the dead-letter queue", f.Name, o))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reconcile creates missing queues and groups and rescales groups whose
+// instance count changed since the last run.
+func (a *App) reconcile() error {
+	qs := a.st.queues
+	list, err := qs.List()
+	if err != nil {
+		return err
+	}
+	have := map[string]queue.QueueInfo{}
+	for _, q := range list {
+		have[q.Name] = q
+	}
+	type want struct {
+		name   string
+		cfg    queue.Config
+		groups []queue.Group
+		exact  bool // remove groups not listed
+	}
+	var wants []want
+	for _, q := range a.plan.Queues {
+		w := want{name: q.Name, exact: true}
+		for _, g := range q.Groups {
+			w.groups = append(w.groups, queue.Group{Name: g.Name, Strategy: queue.Strategy(g.Strategy), Instances: g.Instances})
+		}
+		wants = append(wants, w)
+	}
+	for _, f := range a.plan.Flowlets {
+		wants = append(wants, want{name: DLQName(f.Name), cfg: queue.Config{MaxEventBytes: dlqMaxEventBytes}})
+		if len(f.Inputs) > 0 {
+			wants = append(wants, want{name: ReplayName(f.Name), cfg: queue.Config{MaxEventBytes: dlqMaxEventBytes}, exact: true,
+				groups: []queue.Group{{Name: f.Name, Strategy: queue.Hash, Instances: f.Instances}}})
+		}
+	}
+	for _, w := range wants {
+		info, ok := have[w.name]
+		if !ok {
+			if err := qs.CreateQueue(w.name, w.cfg); err != nil {
+				return fmt.Errorf("create queue %s: %w", w.name, err)
+			}
+		}
+		existing := map[string]queue.GroupInfo{}
+		for _, g := range info.Groups {
+			existing[g.Name] = g
+		}
+		for _, g := range w.groups {
+			old, ok := existing[g.Name]
+			delete(existing, g.Name)
+			switch {
+			case !ok:
+				if err := qs.AddGroup(w.name, g); err != nil {
+					return fmt.Errorf("queue %s: add group %s: %w", w.name, g.Name, err)
+				}
+			case old.Strategy != g.Strategy:
+				return fmt.Errorf("queue %s: consumer group %s was %s and is now %s; changing the strategy of a group with stored progress is not supported (use a new data directory)",
+					w.name, g.Name, old.Strategy, g.Strategy)
+			case old.Instances != g.Instances:
+				a.log.Info("rescaling consumer group", "queue", w.name, "group", g.Name, "from", old.Instances, "to", g.Instances)
+				if err := qs.Rescale(w.name, g.Name, g.Instances); err != nil {
+					return fmt.Errorf("queue %s: rescale group %s: %w", w.name, g.Name, err)
+				}
+			}
+		}
+		if w.exact {
+			for name := range existing {
+				a.log.Warn("removing consumer group no longer in the app", "queue", w.name, "group", name)
+				if err := qs.RemoveGroup(w.name, name); err != nil {
+					return fmt.Errorf("queue %s: remove group %s: %w", w.name, name, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// build creates every instance (the flowlet value, its Init, its store, its
+// consumers and producers).
+func (a *App) build() error {
+	a.fastPath = true
+	for _, f := range a.plan.Flowlets {
+		typ, _ := flowlet.Lookup(f.Type)
+		frt := &flowletRT{fl: f, typ: typ, st: &flowletStats{}, source: len(f.Inputs) == 0 && typ.Info.Source}
+		a.flowlets = append(a.flowlets, frt)
+		gcs, err := state.Open(a.st.db, a.plan.App, f.Name)
+		if err != nil {
+			return err
+		}
+		a.gcStores = append(a.gcStores, gcs)
+		for i := range f.Instances {
+			in, err := a.newInstance(frt, i)
+			if err != nil {
+				return err
+			}
+			a.instances = append(a.instances, in)
+			if frt.source {
+				a.sourcesLeft.Add(1)
+			}
+		}
+	}
+	return nil
+}
+
+// FastPath reports whether every step of every instance takes the
+// single-store fast path (all participants stage into the tx log's DB).
+func (a *App) FastPath() bool { return a.fastPath }
+
+// TxStats returns the coordinator's counters.
+func (a *App) TxStats() tx.Stats { return a.st.coord.Stats() }
+
+// Plan returns the plan the app runs.
+func (a *App) Plan() *planner.Plan { return a.plan }
+
+// DataDir returns the app's store directory.
+func (a *App) DataDir() string { return a.opts.DataDir }
+
+func (a *App) subscribe(queueName string, ch chan struct{}) {
+	a.subs[queueName] = append(a.subs[queueName], ch)
+}
+
+// notify wakes the consumers of a queue after a commit that enqueued to it.
+func (a *App) notify(queueName string) {
+	for _, ch := range a.subs[queueName] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run runs every instance until ctx is cancelled (SIGINT/SIGTERM in the CLI)
+// or, with Options.Drain, until the app has drained. In-flight steps commit
+// or abort before Run returns. It returns an error when the store failed or,
+// after a drain, when a source stopped on an error. Run may be called once.
+func (a *App) Run(ctx context.Context) error {
+	if a.ran {
+		return errors.New("runtime: Run called twice")
+	}
+	a.ran = true
+	a.started = time.Now()
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	for _, in := range a.instances {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := in.run(runCtx); err != nil {
+				select {
+				case a.fatal <- err:
+				default:
+				}
+				stop()
+			}
+		}()
+	}
+	maintDone := make(chan struct{})
+	go func() { defer close(maintDone); a.maintain(runCtx) }()
+
+	var runErr error
+	if a.opts.Drain {
+		runErr = a.drain(runCtx)
+	} else {
+		<-runCtx.Done()
+	}
+	stop()
+	wg.Wait()
+	<-maintDone
+	select {
+	case err := <-a.fatal:
+		runErr = errors.Join(runErr, err)
+	default:
+	}
+	if p := a.sourceErr.Load(); p != nil && runErr == nil && a.opts.Drain {
+		runErr = *p
+	}
+	return runErr
+}
+
+// Close closes every flowlet and the store. Call it after Run returned (or
+// instead of Run).
+func (a *App) Close() error {
+	if a.closed {
+		return nil
+	}
+	a.closed = true
+	err := a.closeFlowlets()
+	for _, s := range a.gcStores {
+		s.Close()
+	}
+	return errors.Join(err, a.st.close())
+}
+
+func (a *App) closeFlowlets() error {
+	var errs []error
+	for _, in := range a.instances {
+		if err := in.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// maintain runs state GC and queue maintenance in the background.
+func (a *App) maintain(ctx context.Context) {
+	gc := time.NewTicker(a.opts.GCInterval)
+	defer gc.Stop()
+	mt := time.NewTicker(a.opts.MaintainInterval)
+	defer mt.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-gc.C:
+			a.gcState()
+		case <-mt.C:
+			if err := a.st.queues.Maintain(); err != nil && ctx.Err() == nil {
+				a.log.Warn("queue maintenance", "err", err)
+			}
+		}
+	}
+}
+
+// gcState runs one state GC pass over every flowlet.
+func (a *App) gcState() {
+	bound := a.wm.Advance()
+	if bound == 0 {
+		return
+	}
+	invalid := a.st.coord.InvalidList()
+	for _, s := range a.gcStores {
+		if _, err := s.GC(bound, invalid); err != nil {
+			a.log.Warn("state gc", "err", err)
+		}
+	}
+}

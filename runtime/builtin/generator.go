@@ -1,0 +1,206 @@
+package builtin
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flowrun/flowrun/flowlet"
+)
+
+func init() {
+	flowlet.Register("generator", func() flowlet.Flowlet { return &Generator{} }, flowlet.TypeInfo{
+		Source: true, Outputs: []string{"out"},
+		Doc: "emits numbered synthetic events (count, rate, payload template, keys)",
+	})
+}
+
+// Generator emits events numbered 0, 1, 2, ... on "out". Instance i of n
+// emits the numbers i, i+n, i+2n, ... below count (0 = no end), so the app
+// emits each number exactly once. Templates replace {seq} with the number,
+// {instance} with the instance index and {mod:N} with the number modulo N.
+// keys maps partition key names to templates (a hash connection needs its
+// key). rate limits events per second for the whole flowlet (0 = as fast as
+// possible). The count emitted so far commits with the events.
+type Generator struct {
+	count    int64
+	rate     float64
+	payload  template
+	keys     []keyTemplate
+	batch    int
+	instance int
+	n        int
+
+	started   time.Time
+	startDone int64 // emitted (committed) when this run started
+}
+
+type keyTemplate struct {
+	name string
+	t    template
+}
+
+func (g *Generator) Init(ic flowlet.InitContext) error {
+	c := ic.Config
+	if err := c.Known("count", "rate", "payload", "keys", "batch"); err != nil {
+		return err
+	}
+	count, err := c.Int("count", 0)
+	if err != nil {
+		return err
+	}
+	if g.rate, err = c.Float("rate", 0); err != nil {
+		return err
+	}
+	p, err := c.String("payload", "event {seq}")
+	if err != nil {
+		return err
+	}
+	if g.batch, err = c.Int("batch", 1000); err != nil {
+		return err
+	}
+	if count < 0 || g.rate < 0 || g.batch < 1 {
+		return &flowlet.ConfigError{Flowlet: ic.Name, Msg: "count and rate must be >= 0 and batch >= 1"}
+	}
+	g.count = int64(count)
+	if g.payload, err = parseTemplate(p); err != nil {
+		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "payload", Msg: err.Error()}
+	}
+	if km, ok := c.Map()["keys"]; ok && km != nil {
+		m, ok := km.(map[string]any)
+		if !ok {
+			return &flowlet.ConfigError{Flowlet: ic.Name, Field: "keys", Msg: "want a mapping of key name to template"}
+		}
+		names := make([]string, 0, len(m))
+		for k := range m {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			s, ok := m[k].(string)
+			if !ok {
+				return &flowlet.ConfigError{Flowlet: ic.Name, Field: "keys", Msg: fmt.Sprintf("key %q: want a string template", k)}
+			}
+			t, err := parseTemplate(s)
+			if err != nil {
+				return &flowlet.ConfigError{Flowlet: ic.Name, Field: "keys", Msg: fmt.Sprintf("key %q: %v", k, err)}
+			}
+			g.keys = append(g.keys, keyTemplate{k, t})
+		}
+	}
+	g.instance, g.n = ic.Instance, ic.Instances
+	return nil
+}
+
+func (g *Generator) Generate(ctx flowlet.Context) error {
+	t := ctx.State(posTable)
+	key := []byte("pos/" + strconv.Itoa(g.instance))
+	done, err := getU64(t, key)
+	if err != nil {
+		return err
+	}
+	k := int64(done)
+	n := int64(g.batch)
+	if g.count > 0 {
+		// numbers i + k*n below count
+		total := (g.count - int64(g.instance) + int64(g.n) - 1) / int64(g.n)
+		if k >= total {
+			return flowlet.ErrEndOfInput
+		}
+		n = min(n, total-k)
+	}
+	if g.rate > 0 {
+		now := time.Now()
+		if g.started.IsZero() {
+			g.started, g.startDone = now, k
+		}
+		perInst := g.rate / float64(g.n)
+		allowed := int64(perInst*now.Sub(g.started).Seconds()) - (k - g.startDone) + 1
+		if allowed <= 0 {
+			wait := time.Duration(float64(-allowed+1) / perInst * float64(time.Second))
+			wait = min(wait, 100*time.Millisecond)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+			return nil
+		}
+		n = min(n, allowed)
+	}
+	var buf []byte
+	opts := make([]flowlet.EmitOption, len(g.keys))
+	for j := int64(0); j < n; j++ {
+		seq := int64(g.instance) + (k+j)*int64(g.n)
+		buf = g.payload.expand(buf[:0], seq, g.instance)
+		for i, kt := range g.keys {
+			opts[i] = flowlet.Key(kt.name, string(kt.t.expand(nil, seq, g.instance)))
+		}
+		if err := ctx.Emit("out", buf, opts...); err != nil {
+			return err
+		}
+	}
+	return putU64(t, key, uint64(k+n))
+}
+
+// template is a string with {seq}, {instance} and {mod:N} placeholders.
+type template []tpart
+
+type tpart struct {
+	lit  string
+	kind byte // 0 literal, 's' seq, 'i' instance, 'm' mod
+	mod  int64
+}
+
+func parseTemplate(s string) (template, error) {
+	var t template
+	for len(s) > 0 {
+		i := strings.IndexByte(s, '{')
+		if i < 0 {
+			t = append(t, tpart{lit: s})
+			break
+		}
+		if i > 0 {
+			t = append(t, tpart{lit: s[:i]})
+		}
+		j := strings.IndexByte(s[i:], '}')
+		if j < 0 {
+			return nil, fmt.Errorf("unterminated { in %q", s)
+		}
+		name := s[i+1 : i+j]
+		switch {
+		case name == "seq":
+			t = append(t, tpart{kind: 's'})
+		case name == "instance":
+			t = append(t, tpart{kind: 'i'})
+		case strings.HasPrefix(name, "mod:"):
+			m, err := strconv.ParseInt(name[4:], 10, 64)
+			if err != nil || m < 1 {
+				return nil, fmt.Errorf("bad {mod:N} in %q", s)
+			}
+			t = append(t, tpart{kind: 'm', mod: m})
+		default:
+			return nil, fmt.Errorf("unknown placeholder {%s} (known: {seq}, {instance}, {mod:N})", name)
+		}
+		s = s[i+j+1:]
+	}
+	return t, nil
+}
+
+func (t template) expand(dst []byte, seq int64, instance int) []byte {
+	for _, p := range t {
+		switch p.kind {
+		case 0:
+			dst = append(dst, p.lit...)
+		case 's':
+			dst = strconv.AppendInt(dst, seq, 10)
+		case 'i':
+			dst = strconv.AppendInt(dst, int64(instance), 10)
+		case 'm':
+			dst = strconv.AppendInt(dst, seq%p.mod, 10)
+		}
+	}
+	return dst
+}

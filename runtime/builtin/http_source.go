@@ -1,0 +1,224 @@
+package builtin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/flowrun/flowrun/flowlet"
+)
+
+func init() {
+	flowlet.Register("http_source", func() flowlet.Flowlet { return &HTTPSource{} }, flowlet.TypeInfo{
+		Source: true, Outputs: []string{"out"},
+		Doc: "ingest endpoint: POST bodies become events; answers 200 only after the commit",
+	})
+}
+
+// HTTPSource serves an ingest endpoint (default 127.0.0.1:8080, path "/").
+// A POST body is split into events (split: lines, the default: one event per
+// non-empty line; split: body: the whole body is one event). The handler
+// answers 200 {"accepted": n} only after the step that emitted the body's
+// events committed; 503 if the app stops first, 413 when the body or a line
+// is too large. All events of one request commit in one step.
+type HTTPSource struct {
+	addr    string
+	path    string
+	split   string
+	maxBody int64
+	name    string
+
+	ln  net.Listener
+	srv *http.Server
+
+	mu       sync.Mutex
+	pending  []*ingest
+	inflight []*ingest
+	closed   bool
+	ready    chan struct{}
+}
+
+type ingest struct {
+	events [][]byte
+	done   chan error
+}
+
+// maxEvent keeps an event with its envelope under the queues' 1 MiB limit.
+const maxEvent = 1<<20 - 64
+
+func (s *HTTPSource) Init(ic flowlet.InitContext) error {
+	c := ic.Config
+	if err := c.Known("addr", "path", "split", "max_body_bytes"); err != nil {
+		return err
+	}
+	var err error
+	if s.addr, err = c.String("addr", "127.0.0.1:8080"); err != nil {
+		return err
+	}
+	if s.path, err = c.String("path", "/"); err != nil {
+		return err
+	}
+	if s.split, err = c.String("split", "lines"); err != nil {
+		return err
+	}
+	mb, err := c.Int("max_body_bytes", 8<<20)
+	if err != nil {
+		return err
+	}
+	s.maxBody = int64(mb)
+	if s.split != "lines" && s.split != "body" {
+		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "split", Msg: fmt.Sprintf("want lines or body, got %q", s.split)}
+	}
+	if ic.Instances != 1 {
+		return fmt.Errorf("http_source %q: instances must be 1 (one listener)", ic.Name)
+	}
+	s.name = ic.Name
+	s.ready = make(chan struct{}, 1)
+	s.ln, err = net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("http_source %q: listen on %s: %w", ic.Name, s.addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc(s.path, s.handle)
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go s.srv.Serve(s.ln)
+	ic.Logger.Info("http_source listening", "addr", s.ln.Addr().String(), "path", s.path)
+	return nil
+}
+
+// Addr is the address the endpoint listens on.
+func (s *HTTPSource) Addr() string { return s.ln.Addr().String() }
+
+func (s *HTTPSource) handle(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		http.Error(w, "POST events to this endpoint", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			http.Error(w, fmt.Sprintf("body larger than max_body_bytes (%d)", s.maxBody), http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	var evs [][]byte
+	if s.split == "body" {
+		if len(body) > 0 {
+			evs = append(evs, body)
+		}
+	} else {
+		for _, l := range bytes.Split(body, []byte("\n")) {
+			l = bytes.TrimSuffix(l, []byte("\r"))
+			if len(l) > 0 {
+				evs = append(evs, l)
+			}
+		}
+	}
+	for _, e := range evs {
+		if len(e) > maxEvent {
+			http.Error(w, fmt.Sprintf("an event of %d bytes exceeds the limit of %d bytes", len(e), maxEvent), http.StatusRequestEntityTooLarge)
+			return
+		}
+	}
+	if len(evs) > 0 {
+		in := &ingest{events: evs, done: make(chan error, 1)}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		s.pending = append(s.pending, in)
+		s.mu.Unlock()
+		select {
+		case s.ready <- struct{}{}:
+		default:
+		}
+		select {
+		case err := <-in.done:
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		case <-r.Context().Done():
+			return // client gone; the events may still commit
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]int{"accepted": len(evs)})
+}
+
+// Ready implements runtime.Waker.
+func (s *HTTPSource) Ready() <-chan struct{} { return s.ready }
+
+func (s *HTTPSource) Generate(ctx flowlet.Context) error {
+	s.mu.Lock()
+	n := 0
+	i := 0
+	for ; i < len(s.pending) && (i == 0 || n+len(s.pending[i].events) <= 10000); i++ {
+		n += len(s.pending[i].events)
+	}
+	s.inflight = append(s.inflight[:0], s.pending[:i]...)
+	s.pending = s.pending[i:]
+	s.mu.Unlock()
+	if len(s.inflight) == 0 {
+		return flowlet.ErrIdle
+	}
+	for _, in := range s.inflight {
+		for _, e := range in.events {
+			if err := ctx.Emit("out", e); err != nil {
+				return err
+			}
+		}
+	}
+	t := ctx.State(posTable)
+	c, err := getU64(t, posKey)
+	if err != nil {
+		return err
+	}
+	return putU64(t, posKey, c+uint64(n))
+}
+
+// Committed implements runtime.StepObserver: acknowledge the requests.
+func (s *HTTPSource) Committed() {
+	for _, in := range s.inflight {
+		in.done <- nil
+	}
+	s.inflight = s.inflight[:0]
+}
+
+// Aborted implements runtime.StepObserver: the requests wait for the retry.
+func (s *HTTPSource) Aborted() {
+	s.mu.Lock()
+	s.pending = append(append([]*ingest(nil), s.inflight...), s.pending...)
+	s.mu.Unlock()
+	s.inflight = s.inflight[:0]
+}
+
+func (s *HTTPSource) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	pending := append(s.pending, s.inflight...)
+	s.pending, s.inflight = nil, nil
+	s.mu.Unlock()
+	for _, in := range pending {
+		in.done <- errors.New("flowrun is shutting down; the events were not committed, send them again")
+	}
+	if s.srv == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return s.srv.Shutdown(ctx)
+}

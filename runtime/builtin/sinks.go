@@ -1,0 +1,194 @@
+package builtin
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/flowrun/flowrun/flowlet"
+)
+
+func init() {
+	flowlet.Register("file_sink", func() flowlet.Flowlet { return &FileSink{} }, flowlet.TypeInfo{
+		Sink: true, Doc: "appends each event's payload and \"\\n\" to a file after commit; idempotent after a crash",
+	})
+	flowlet.Register("stdout_sink", func() flowlet.Flowlet { return &StdoutSink{w: os.Stdout} }, flowlet.TypeInfo{
+		Sink: true, Doc: "writes each event's payload and \"\\n\" to standard output after commit",
+	})
+}
+
+// FileSink appends each input event's payload plus "\n" to a file.
+//
+// The file only ever shows committed output, exactly once: a step stages its
+// records in the state table "outbox" (key: sequence number) in its own
+// transaction; after the commit, Publish appends the committed records to
+// the file, syncs it, and in a second transaction deletes them from the
+// outbox and records the new file size. If the process dies between the
+// append and that commit, the next Publish truncates the file to the
+// recorded size and appends the same records again.
+type FileSink struct {
+	path  string
+	fsync bool
+	f     *os.File
+	w     *bufio.Writer
+}
+
+var (
+	nextKey    = []byte("next")
+	flushedKey = []byte("flushed")
+)
+
+const (
+	outboxTable = "outbox"
+	sinkTable   = "sink"
+)
+
+func (s *FileSink) Init(ic flowlet.InitContext) error {
+	c := ic.Config
+	if err := c.Known("path", "fsync"); err != nil {
+		return err
+	}
+	if err := c.Require("path"); err != nil {
+		return err
+	}
+	var err error
+	if s.path, err = c.String("path", ""); err != nil {
+		return err
+	}
+	if s.fsync, err = c.Bool("fsync", true); err != nil {
+		return err
+	}
+	if ic.Instances != 1 {
+		return fmt.Errorf("file_sink %q: instances must be 1 (one writer per file)", ic.Name)
+	}
+	s.f, err = os.OpenFile(s.path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("file_sink %q: cannot open output file: %w", ic.Name, err)
+	}
+	s.w = bufio.NewWriterSize(s.f, 256<<10)
+	return nil
+}
+
+func (s *FileSink) Close() error {
+	if s.f != nil {
+		return s.f.Close()
+	}
+	return nil
+}
+
+func seqKey(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
+
+// ProcessBatch stages the records of a step in the outbox.
+func (s *FileSink) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) error {
+	meta := ctx.State(sinkTable)
+	next, err := getU64(meta, nextKey)
+	if err != nil {
+		return err
+	}
+	out := ctx.State(outboxTable)
+	for _, ev := range evs {
+		if err := out.Put(seqKey(next), ev.Payload); err != nil {
+			return err
+		}
+		next++
+	}
+	return putU64(meta, nextKey, next)
+}
+
+// Publish implements runtime.Publisher: append committed records to the file.
+func (s *FileSink) Publish(ctx flowlet.Context) error {
+	meta := ctx.State(sinkTable)
+	next, err := getU64(meta, nextKey)
+	if err != nil {
+		return err
+	}
+	v, ok, err := meta.Get(flushedKey)
+	if err != nil {
+		return err
+	}
+	var flushed, off uint64
+	if ok && len(v) == 16 {
+		flushed, off = binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:])
+	}
+	fi, err := s.f.Stat()
+	if err != nil {
+		return err
+	}
+	size := uint64(fi.Size())
+	if size < off {
+		return fmt.Errorf("file_sink: %s is %d bytes but %d bytes were committed to it: the file was truncated or replaced", s.path, size, off)
+	}
+	if size > off {
+		// A publish that did not commit: drop its bytes, they come again.
+		if err := s.f.Truncate(int64(off)); err != nil {
+			return fmt.Errorf("file_sink: truncate %s to %d: %w", s.path, off, err)
+		}
+	}
+	if flushed >= next {
+		return nil
+	}
+	if _, err := s.f.Seek(int64(off), io.SeekStart); err != nil {
+		return err
+	}
+	s.w.Reset(s.f)
+	out := ctx.State(outboxTable)
+	it := out.Scan(flowlet.ScanOptions{Start: seqKey(flushed), End: seqKey(next)})
+	var keys [][]byte
+	for it.Next() {
+		s.w.Write(it.Value())
+		s.w.WriteByte('\n')
+		off += uint64(len(it.Value()) + 1)
+		keys = append(keys, append([]byte(nil), it.Key()...))
+	}
+	err = it.Err()
+	it.Close()
+	if err != nil {
+		return err
+	}
+	if err := s.w.Flush(); err != nil {
+		return fmt.Errorf("file_sink: write %s: %w", s.path, err)
+	}
+	if s.fsync {
+		if err := s.f.Sync(); err != nil {
+			return fmt.Errorf("file_sink: sync %s: %w", s.path, err)
+		}
+	}
+	for _, k := range keys {
+		if err := out.Delete(k); err != nil {
+			return err
+		}
+	}
+	rec := binary.BigEndian.AppendUint64(nil, next)
+	return meta.Put(flushedKey, binary.BigEndian.AppendUint64(rec, off))
+}
+
+// StdoutSink writes each event's payload and "\n" to standard output once
+// its step committed. A crash between the commit and the write loses those
+// lines: stdout is where the guarantee ends (specs/guarantees.md).
+type StdoutSink struct {
+	w   io.Writer
+	buf []byte
+}
+
+func (s *StdoutSink) Init(ic flowlet.InitContext) error { return ic.Config.Known() }
+
+func (s *StdoutSink) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) error {
+	for _, ev := range evs {
+		s.buf = append(s.buf, ev.Payload...)
+		s.buf = append(s.buf, '\n')
+	}
+	return nil
+}
+
+// Committed implements runtime.StepObserver.
+func (s *StdoutSink) Committed() {
+	if len(s.buf) > 0 {
+		s.w.Write(s.buf)
+		s.buf = s.buf[:0]
+	}
+}
+
+// Aborted implements runtime.StepObserver.
+func (s *StdoutSink) Aborted() { s.buf = s.buf[:0] }

@@ -1,0 +1,174 @@
+package builtin
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/flowrun/flowrun/flowlet"
+)
+
+func init() {
+	flowlet.Register("stdin_source", func() flowlet.Flowlet { return &StdinSource{in: os.Stdin} }, flowlet.TypeInfo{
+		Source: true, Outputs: []string{"out"},
+		Doc: "emits each line of standard input (at-most-once across crashes: stdin cannot be re-read)",
+	})
+}
+
+// StdinSource emits each line of standard input (without "\n") on "out".
+// A background reader collects lines; a step emits those available and
+// keeps them until the step commits (an aborted step emits them again).
+// Lines read but not committed when the process dies are lost: standard
+// input cannot be re-read (specs/guarantees.md).
+type StdinSource struct {
+	in      io.Reader
+	maxLine int
+	perStep int
+
+	mu       sync.Mutex
+	pending  [][]byte
+	inflight [][]byte
+	dead     [][]byte // too-long line prefixes
+	deadIn   [][]byte
+	eof      bool
+	err      error
+	ready    chan struct{}
+}
+
+func (s *StdinSource) Init(ic flowlet.InitContext) error {
+	c := ic.Config
+	if err := c.Known("max_line_bytes", "lines_per_step"); err != nil {
+		return err
+	}
+	var err error
+	if s.maxLine, err = c.Int("max_line_bytes", 1<<20); err != nil {
+		return err
+	}
+	if s.perStep, err = c.Int("lines_per_step", 4096); err != nil {
+		return err
+	}
+	if s.maxLine < 1 || s.maxLine > 1<<20-64 || s.perStep < 1 {
+		return &flowlet.ConfigError{Flowlet: ic.Name, Msg: "max_line_bytes must be in [1, 1MiB-64] and lines_per_step >= 1"}
+	}
+	if ic.Instances != 1 {
+		return fmt.Errorf("stdin_source %q: instances must be 1", ic.Name)
+	}
+	s.ready = make(chan struct{}, 1)
+	go s.read()
+	return nil
+}
+
+func (s *StdinSource) read() {
+	r := bufio.NewReaderSize(s.in, 64<<10)
+	var line []byte
+	tooLong := false
+	for {
+		chunk, err := r.ReadSlice('\n')
+		complete := err == nil
+		body := chunk
+		if complete {
+			body = chunk[:len(chunk)-1]
+		}
+		if !tooLong {
+			line = append(line, body...)
+			if len(line) > s.maxLine {
+				tooLong = true
+				line = line[:min(len(line), deadPrefix)]
+			}
+		}
+		atEOF := errors.Is(err, io.EOF)
+		if complete || (atEOF && len(chunk) > 0) {
+			s.mu.Lock()
+			if tooLong {
+				s.dead = append(s.dead, line)
+			} else {
+				s.pending = append(s.pending, line)
+			}
+			s.mu.Unlock()
+			line, tooLong = nil, false
+			s.signal()
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			s.mu.Lock()
+			s.eof = true
+			if !atEOF {
+				s.err = err
+			}
+			s.mu.Unlock()
+			s.signal()
+			return
+		}
+	}
+}
+
+func (s *StdinSource) signal() {
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Ready implements runtime.Waker.
+func (s *StdinSource) Ready() <-chan struct{} { return s.ready }
+
+func (s *StdinSource) Generate(ctx flowlet.Context) error {
+	s.mu.Lock()
+	n := min(len(s.pending), s.perStep)
+	s.inflight = append(s.inflight[:0], s.pending[:n]...)
+	s.pending = s.pending[n:]
+	s.deadIn = append(s.deadIn[:0], s.dead...)
+	s.dead = s.dead[:0]
+	eof, rerr := s.eof && len(s.pending) == 0, s.err
+	s.mu.Unlock()
+	for _, l := range s.deadIn {
+		dl, ok := ctx.(deadLetterer)
+		if !ok {
+			return errors.New("stdin_source: line longer than max_line_bytes")
+		}
+		if err := dl.DeadLetter(l, fmt.Sprintf("line longer than max_line_bytes (%d); first %d bytes kept", s.maxLine, len(l))); err != nil {
+			return err
+		}
+	}
+	for _, l := range s.inflight {
+		if err := ctx.Emit("out", l); err != nil {
+			return err
+		}
+	}
+	if len(s.inflight) > 0 || len(s.deadIn) > 0 {
+		t := ctx.State(posTable)
+		c, err := getU64(t, posKey)
+		if err != nil {
+			return err
+		}
+		if err := putU64(t, posKey, c+uint64(len(s.inflight)+len(s.deadIn))); err != nil {
+			return err
+		}
+		return nil
+	}
+	if eof {
+		if rerr != nil {
+			return fmt.Errorf("stdin_source: read: %w", rerr)
+		}
+		return flowlet.ErrEndOfInput
+	}
+	return flowlet.ErrIdle
+}
+
+// Committed implements runtime.StepObserver.
+func (s *StdinSource) Committed() {
+	s.inflight = s.inflight[:0]
+	s.deadIn = s.deadIn[:0]
+}
+
+// Aborted implements runtime.StepObserver: the lines go back to the front.
+func (s *StdinSource) Aborted() {
+	s.mu.Lock()
+	s.pending = append(append([][]byte(nil), s.inflight...), s.pending...)
+	s.dead = append(append([][]byte(nil), s.deadIn...), s.dead...)
+	s.mu.Unlock()
+	s.inflight = s.inflight[:0]
+	s.deadIn = s.deadIn[:0]
+}

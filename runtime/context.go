@@ -1,0 +1,265 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/internal/state"
+	"github.com/flowrun/flowrun/queue"
+)
+
+// DeadLetterer is implemented by the flowlet.Context the runtime hands to a
+// step. A flowlet that finds an input it can never handle (a malformed
+// line, say) may put it in its dead-letter queue itself, in the step's
+// transaction, instead of returning an error and waiting for the retries:
+//
+//	if dl, ok := ctx.(interface{ DeadLetter([]byte, string) error }); ok {
+//		return dl.DeadLetter(line, "bad status")
+//	}
+//
+// The interface is matched structurally, so flowlets need not import this
+// package.
+type DeadLetterer interface {
+	DeadLetter(payload []byte, reason string) error
+}
+
+// maxDeadLetterPayload bounds what a DeadLetter call stores of its payload.
+const maxDeadLetterPayload = 1 << 20
+
+type pendingEmit struct {
+	r  *route
+	ev queue.Event
+}
+
+type undoRec struct {
+	table   *state.Table
+	counter *state.Counters
+	key     []byte
+	old     []byte
+	existed bool
+	delta   int64
+}
+
+// stepCtx is the flowlet.Context of one step. Emits and dead letters are
+// buffered and handed to the producers when the step is about to commit, so
+// that a failed event can be rolled back alone (savepoints): its emits are
+// truncated and its state writes undone, the other events of the batch stay.
+type stepCtx struct {
+	context.Context
+	in *instance
+
+	emits   []pendingEmit
+	dead    []DeadLetter
+	emitErr error // first failed Emit of the current event
+	wrote   bool  // a state write happened
+
+	tracking bool // per-event savepoints on: record undo information
+	undo     []undoRec
+	saved    map[string]struct{}
+	event    *flowlet.Event // current input event, for DeadLetter
+	tables   map[string]*tableView
+	counters map[string]*counterView
+	payload  []byte // scratch for envelopes
+}
+
+var (
+	_ flowlet.Context = (*stepCtx)(nil)
+	_ DeadLetterer    = (*stepCtx)(nil)
+)
+
+type mark struct{ emits, dead, undo int }
+
+func (c *stepCtx) reset(ctx context.Context) {
+	c.Context = ctx
+	clear(c.emits)
+	c.emits = c.emits[:0]
+	c.dead = c.dead[:0]
+	c.emitErr = nil
+	c.wrote = false
+	c.tracking = false
+	c.undo = c.undo[:0]
+	clear(c.saved)
+	c.event = nil
+}
+
+func (c *stepCtx) empty() bool { return len(c.emits) == 0 && len(c.dead) == 0 && !c.wrote }
+
+// begin starts a savepoint for one event.
+func (c *stepCtx) begin(ev *flowlet.Event) mark {
+	c.tracking = true
+	c.event = ev
+	c.emitErr = nil
+	clear(c.saved)
+	return mark{len(c.emits), len(c.dead), len(c.undo)}
+}
+
+// rollback undoes everything since m.
+func (c *stepCtx) rollback(m mark) {
+	for i := len(c.undo) - 1; i >= m.undo; i-- {
+		u := &c.undo[i]
+		switch {
+		case u.counter != nil:
+			_ = u.counter.Add(u.key, -u.delta)
+		case u.existed:
+			_ = u.table.Put(u.key, u.old)
+		default:
+			_ = u.table.Delete(u.key)
+		}
+		c.undo[i] = undoRec{}
+	}
+	c.undo = c.undo[:m.undo]
+	clear(c.emits[m.emits:])
+	c.emits = c.emits[:m.emits]
+	c.dead = c.dead[:m.dead]
+	clear(c.saved)
+}
+
+// Emit implements flowlet.Context.
+func (c *stepCtx) Emit(output string, payload []byte, opts ...flowlet.EmitOption) error {
+	err := c.emit(output, payload, opts)
+	if err != nil && c.emitErr == nil {
+		c.emitErr = err
+	}
+	return err
+}
+
+func (c *stepCtx) emit(output string, payload []byte, opts []flowlet.EmitOption) error {
+	in := c.in
+	if d := in.typ.Info.Outputs; len(d) > 0 && !slices.Contains(d, output) {
+		return fmt.Errorf("flowlet %q: emit on undeclared output %q (declared: %v)", in.fl.Name, output, d)
+	}
+	r := in.outs[output]
+	if r == nil {
+		// An output without a connection has no consumer (specs/app-yaml.md).
+		in.st.unrouted.Add(1)
+		return nil
+	}
+	o := flowlet.ResolveEmitOptions(opts)
+	var key []byte
+	if r.key != "" {
+		v, ok := o.Key(r.key)
+		if !ok {
+			return fmt.Errorf("flowlet %q: emit on %q without partition key %q: queue %s is hash-partitioned by it, so every event needs flowlet.Key(%q, value)",
+				in.fl.Name, output, r.key, r.queue, r.key)
+		}
+		key = []byte(v)
+	}
+	env := appendEnvelope(make([]byte, 0, len(payload)+1), o.Keys, r.key, payload)
+	ev := queue.Event{Payload: env, Key: key, Priority: o.Priority, EventTime: o.EventTime, TraceID: o.TraceID}
+	if n := ev.Size(); n > r.maxBytes {
+		return fmt.Errorf("flowlet %q: emit on %q: event of %d bytes exceeds the queue's limit of %d bytes: %w",
+			in.fl.Name, output, n, r.maxBytes, queue.ErrEventTooLarge)
+	}
+	c.emits = append(c.emits, pendingEmit{r: r, ev: ev})
+	return nil
+}
+
+// DeadLetter implements DeadLetterer: payload goes to the flowlet's
+// dead-letter queue with reason, when the step commits.
+func (c *stepCtx) DeadLetter(payload []byte, reason string) error {
+	if len(payload) > maxDeadLetterPayload {
+		reason = fmt.Sprintf("%s (payload of %d bytes truncated to %d)", reason, len(payload), maxDeadLetterPayload)
+		payload = payload[:maxDeadLetterPayload]
+	}
+	d := DeadLetter{Flowlet: c.in.fl.Name, Error: reason, Attempts: 1, Time: time.Now(), Payload: slices.Clone(payload)}
+	if ev := c.event; ev != nil {
+		d.Input, d.EventID, d.Keys, d.EventTime, d.TraceID = ev.Input, ev.ID, slices.Clone(ev.Keys), ev.EventTime, ev.TraceID
+	}
+	c.dead = append(c.dead, d)
+	return nil
+}
+
+// State implements flowlet.Context.
+func (c *stepCtx) State(name string) flowlet.Table {
+	if v := c.tables[name]; v != nil {
+		return v
+	}
+	v := &tableView{c: c, t: c.in.store.Table(name), name: name}
+	c.tables[name] = v
+	return v
+}
+
+// Counters implements flowlet.Context.
+func (c *stepCtx) Counters(name string) flowlet.Counters {
+	if v := c.counters[name]; v != nil {
+		return v
+	}
+	v := &counterView{c: c, t: c.in.store.Counters(name)}
+	c.counters[name] = v
+	return v
+}
+
+func (c *stepCtx) Name() string         { return c.in.fl.Name }
+func (c *stepCtx) Instance() int        { return c.in.idx }
+func (c *stepCtx) Instances() int       { return c.in.fl.Instances }
+func (c *stepCtx) Logger() *slog.Logger { return c.in.logger }
+
+type tableView struct {
+	c    *stepCtx
+	t    *state.Table
+	name string
+}
+
+func (v *tableView) save(key []byte) error {
+	c := v.c
+	if !c.tracking {
+		return nil
+	}
+	id := v.name + "\x00" + string(key)
+	if _, ok := c.saved[id]; ok {
+		return nil
+	}
+	old, ok, err := v.t.Get(key)
+	if err != nil {
+		return err
+	}
+	c.saved[id] = struct{}{}
+	c.undo = append(c.undo, undoRec{table: v.t, key: slices.Clone(key), old: slices.Clone(old), existed: ok})
+	return nil
+}
+
+func (v *tableView) Get(key []byte) ([]byte, bool, error) { return v.t.Get(key) }
+
+func (v *tableView) Put(key, value []byte) error {
+	if err := v.save(key); err != nil {
+		return err
+	}
+	v.c.wrote = true
+	return v.t.Put(key, value)
+}
+
+func (v *tableView) Delete(key []byte) error {
+	if err := v.save(key); err != nil {
+		return err
+	}
+	v.c.wrote = true
+	return v.t.Delete(key)
+}
+
+func (v *tableView) Scan(opts flowlet.ScanOptions) flowlet.Iterator { return v.t.Scan(opts) }
+
+type counterView struct {
+	c *stepCtx
+	t *state.Counters
+}
+
+func (v *counterView) Add(key []byte, delta int64) error {
+	if err := v.t.Add(key, delta); err != nil {
+		return err
+	}
+	v.c.wrote = true
+	if v.c.tracking {
+		v.c.undo = append(v.c.undo, undoRec{counter: v.t, key: slices.Clone(key), delta: delta})
+	}
+	return nil
+}
+
+func (v *counterView) Get(key []byte) (int64, error) { return v.t.Get(key) }
+
+func (v *counterView) Scan(opts flowlet.ScanOptions) flowlet.CounterIterator {
+	return v.t.Scan(opts)
+}

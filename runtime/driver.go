@@ -1,0 +1,784 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/internal/state"
+	"github.com/flowrun/flowrun/planner"
+	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/tx"
+)
+
+// StepObserver is implemented by flowlets that hold data outside the
+// transaction until it commits (the HTTP source's pending requests, the
+// stdout sink's lines): Committed runs after each commit of one of the
+// instance's steps, Aborted after each abort.
+type StepObserver interface {
+	Committed()
+	Aborted()
+}
+
+// Publisher is implemented by sinks that publish committed output outside
+// the store (the file sink). Publish runs in a transaction of its own before
+// the instance's first step, after every commit of a step that consumed input,
+// and before Close.
+type Publisher interface {
+	Publish(ctx flowlet.Context) error
+}
+
+// Waker is implemented by sources that know when input arrives (the HTTP
+// source): after ErrIdle the runtime waits for Ready instead of polling.
+type Waker interface {
+	Ready() <-chan struct{}
+}
+
+// route is one output of one instance: a producer on the output's queue.
+type route struct {
+	queue    string
+	key      string // the queue's partition key name, "" if none
+	maxBytes int
+	p        queue.Producer
+	n        int // events enqueued in the current step
+}
+
+// input is one queue an instance consumes.
+type input struct {
+	queue  string
+	key    string // the queue's partition key name
+	c      queue.Consumer
+	replay bool // entries are dead-letter records
+}
+
+// instance is one running copy of a flowlet: its own store, consumers,
+// producers and transaction context; one goroutine drives it.
+type instance struct {
+	a      *App
+	frt    *flowletRT
+	fl     *planner.Flowlet
+	typ    flowlet.Type
+	st     *flowletStats
+	idx    int
+	logger *slog.Logger
+
+	f      flowlet.Flowlet
+	proc   flowlet.Processor
+	batch  flowlet.BatchProcessor
+	src    flowlet.Source
+	ticker flowlet.Ticker
+	pub    Publisher
+	obs    StepObserver
+
+	store  *state.Store
+	inputs []*input
+	outs   map[string]*route
+	dlq    *route
+	txc    *tx.Context
+	wake   chan struct{}
+	final  chan chan struct{} // drain: run one last tick, then close the channel
+
+	sc       *stepCtx
+	next     int // round-robin start over inputs
+	attempts map[string]int
+	lastErr  map[string]string
+	isolate  map[string]bool
+	closed   bool
+}
+
+func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
+	f := frt.fl
+	in := &instance{
+		a: a, frt: frt, fl: f, typ: frt.typ, st: frt.st, idx: idx,
+		logger:   a.log.With("flowlet", f.Name, "instance", idx),
+		outs:     map[string]*route{},
+		wake:     make(chan struct{}, 1),
+		final:    make(chan chan struct{}, 1),
+		attempts: map[string]int{},
+		lastErr:  map[string]string{},
+		isolate:  map[string]bool{},
+	}
+	in.f = frt.typ.New()
+	if err := flowlet.Check(in.f, frt.typ.Info); err != nil {
+		return nil, fmt.Errorf("flowlet %q (type %s): %w", f.Name, f.Type, err)
+	}
+	in.proc, _ = in.f.(flowlet.Processor)
+	in.batch, _ = in.f.(flowlet.BatchProcessor)
+	in.src, _ = in.f.(flowlet.Source)
+	in.ticker, _ = in.f.(flowlet.Ticker)
+	in.pub, _ = in.f.(Publisher)
+	in.obs, _ = in.f.(StepObserver)
+	if f.Tick <= 0 {
+		in.ticker = nil
+	}
+	if len(f.Inputs) > 0 && in.proc == nil && in.batch == nil {
+		return nil, fmt.Errorf("flowlet %q (type %s) has inputs but implements neither Process nor ProcessBatch", f.Name, f.Type)
+	}
+	if init, ok := in.f.(flowlet.Initializer); ok {
+		ic := flowlet.InitContext{Name: f.Name, Instance: idx, Instances: f.Instances,
+			Config: flowlet.NewConfig(f.Name, f.Config), Logger: in.logger}
+		if err := safeCall(func() error { return init.Init(ic) }); err != nil {
+			return nil, fmt.Errorf("flowlet %q instance %d: init: %w", f.Name, idx, err)
+		}
+	}
+	var err error
+	if in.store, err = state.Open(a.st.db, a.plan.App, f.Name); err != nil {
+		return nil, err
+	}
+	qs := a.st.queues
+	var parts []tx.Participant
+	for _, qn := range f.Inputs {
+		c, err := qs.Consumer(qn, f.Name, idx)
+		if err != nil {
+			return nil, fmt.Errorf("flowlet %q: consumer of %s: %w", f.Name, qn, err)
+		}
+		in.inputs = append(in.inputs, &input{queue: qn, key: a.plan.Queue(qn).Key, c: c})
+		parts = append(parts, c)
+		a.subscribe(qn, in.wake)
+	}
+	if len(f.Inputs) > 0 {
+		rq := ReplayName(f.Name)
+		c, err := qs.Consumer(rq, f.Name, idx)
+		if err != nil {
+			return nil, fmt.Errorf("flowlet %q: consumer of %s: %w", f.Name, rq, err)
+		}
+		in.inputs = append(in.inputs, &input{queue: rq, c: c, replay: true})
+		parts = append(parts, c)
+		a.subscribe(rq, in.wake)
+	}
+	newRoute := func(qn, key string, max int) (*route, error) {
+		p, err := qs.Producer(qn)
+		if err != nil {
+			return nil, fmt.Errorf("flowlet %q: producer of %s: %w", f.Name, qn, err)
+		}
+		parts = append(parts, p)
+		return &route{queue: qn, key: key, maxBytes: max, p: p}, nil
+	}
+	for _, o := range f.Outputs {
+		qn := planner.QueueName(f.Name, o)
+		r, err := newRoute(qn, a.plan.Queue(qn).Key, queue.DefaultMaxEventBytes)
+		if err != nil {
+			return nil, err
+		}
+		in.outs[o] = r
+	}
+	if in.dlq, err = newRoute(DLQName(f.Name), "", dlqMaxEventBytes); err != nil {
+		return nil, err
+	}
+	parts = append(parts, in.store)
+	for _, p := range parts {
+		s, ok := p.(tx.Stager)
+		if !ok || s.Store() != any(a.st.db) {
+			a.fastPath = false
+		}
+	}
+	in.txc = a.st.coord.NewContext(parts...)
+	in.sc = &stepCtx{in: in, saved: map[string]struct{}{}, tables: map[string]*tableView{}, counters: map[string]*counterView{}}
+	return in, nil
+}
+
+func (in *instance) close() error {
+	if in.closed {
+		return nil
+	}
+	in.closed = true
+	var err error
+	if c, ok := in.f.(flowlet.Closer); ok {
+		err = safeCall(c.Close)
+	}
+	if in.store != nil {
+		in.store.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("flowlet %q instance %d: close: %w", in.fl.Name, in.idx, err)
+	}
+	return nil
+}
+
+// safeCall runs fn and turns a panic into an error with the stack.
+func safeCall(fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: string(debug.Stack())}
+		}
+	}()
+	return fn()
+}
+
+// PanicError is a panic in flowlet code, recovered by the runtime.
+type PanicError struct {
+	Value any
+	Stack string
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// fatalErr reports whether err means the store can no longer be trusted or
+// is closed: the app must stop.
+func fatalErr(err error) bool {
+	return errors.Is(err, tx.ErrLogFailed) || errors.Is(err, tx.ErrClosed) || errors.Is(err, queue.ErrClosed)
+}
+
+// run drives the instance until ctx is done (or the source ended).
+func (in *instance) run(ctx context.Context) error {
+	if in.pub != nil {
+		if err := in.publish(ctx); err != nil {
+			return err
+		}
+		defer func() {
+			// A last publish so that committed output is out before exit.
+			_ = in.publish(context.WithoutCancel(ctx))
+		}()
+	}
+	if in.src != nil {
+		return in.runSource(ctx)
+	}
+	return in.runConsumer(ctx)
+}
+
+func (in *instance) runConsumer(ctx context.Context) error {
+	var tickC <-chan time.Time
+	var timer *time.Timer
+	if in.ticker != nil {
+		timer = time.NewTimer(in.fl.Tick)
+		defer timer.Stop()
+		tickC = timer.C
+	}
+	for ctx.Err() == nil {
+		n, err := in.consumeStep(ctx)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-in.wake:
+		case <-tickC:
+			if err := in.tick(ctx); err != nil {
+				return err
+			}
+			timer.Reset(in.fl.Tick)
+		case done := <-in.final:
+			if in.ticker != nil {
+				if err := in.tick(ctx); err != nil {
+					return err
+				}
+			}
+			close(done)
+		}
+	}
+	return nil
+}
+
+func (in *instance) runSource(ctx context.Context) error {
+	a := in.a
+	var ready <-chan struct{}
+	if w, ok := in.f.(Waker); ok {
+		ready = w.Ready()
+	}
+	idle := time.NewTimer(time.Hour)
+	idle.Stop()
+	defer idle.Stop()
+	for ctx.Err() == nil {
+		res, err := in.sourceStep(ctx)
+		switch {
+		case err != nil && fatalErr(err):
+			return err
+		case err != nil:
+			// Gave up after the retries: the source stops, the app goes on.
+			in.logger.Error("source stopped after retries", "err", err)
+			in.st.setErr(err)
+			serr := fmt.Errorf("source %q instance %d stopped: %w", in.fl.Name, in.idx, err)
+			a.sourceErr.CompareAndSwap(nil, &serr)
+			in.st.done.Add(1)
+			a.sourcesLeft.Add(-1)
+			return nil
+		case res == srcEnd:
+			in.logger.Info("source reached end of input")
+			in.st.done.Add(1)
+			a.sourcesLeft.Add(-1)
+			return nil
+		case res == srcIdle:
+			idle.Reset(a.opts.IdleWait)
+			select {
+			case <-ctx.Done():
+			case <-idle.C:
+			case <-ready:
+			}
+			idle.Stop()
+		}
+	}
+	return nil
+}
+
+type srcResult int
+
+const (
+	srcMore srcResult = iota
+	srcIdle
+	srcEnd
+)
+
+// backoff is the wait before retry number n (1-based).
+func (in *instance) backoff(n int) time.Duration {
+	d := in.fl.Retry.Backoff
+	for i := 1; i < n && d < in.fl.Retry.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, in.fl.Retry.MaxBackoff)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// start begins a step's transaction and resets the step context.
+func (in *instance) start(ctx context.Context) (*stepCtx, error) {
+	if _, err := in.txc.Start(in.a.opts.StepTimeout); err != nil {
+		return nil, err
+	}
+	in.sc.reset(ctx)
+	return in.sc, nil
+}
+
+// finish hands the buffered emits and dead letters to the producers and
+// commits. It reports a conflict as retry=true.
+func (in *instance) finish(sc *stepCtx) (retry bool, err error) {
+	for i := range sc.emits {
+		e := &sc.emits[i]
+		if err := e.r.p.Enqueue(sc, e.ev); err != nil {
+			in.rollback()
+			return false, fmt.Errorf("enqueue on %s: %w", e.r.queue, err)
+		}
+		e.r.n++
+	}
+	for i := range sc.dead {
+		d := &sc.dead[i]
+		if err := in.dlq.p.Enqueue(sc, queue.Event{Payload: encodeDeadLetter(d)}); err != nil {
+			in.rollback()
+			return false, fmt.Errorf("enqueue on %s: %w", in.dlq.queue, err)
+		}
+		in.dlq.n++
+	}
+	err = in.txc.Finish()
+	if err != nil {
+		in.resetRoutes()
+		if in.obs != nil {
+			in.obs.Aborted()
+		}
+		if errors.Is(err, tx.ErrConflict) {
+			in.st.conflicts.Add(1)
+			return true, nil
+		}
+		return false, err
+	}
+	for _, r := range in.outs {
+		if r.n > 0 {
+			in.st.emitted.Add(uint64(r.n))
+			in.a.notify(r.queue)
+			r.n = 0
+		}
+	}
+	if in.dlq.n > 0 {
+		in.st.dead.Add(uint64(in.dlq.n))
+		in.dlq.n = 0
+	}
+	in.st.steps.Add(1)
+	if in.obs != nil {
+		in.obs.Committed()
+	}
+	return false, nil
+}
+
+func (in *instance) resetRoutes() {
+	for _, r := range in.outs {
+		r.n = 0
+	}
+	in.dlq.n = 0
+}
+
+// rollback aborts the step's transaction and tells the observer.
+func (in *instance) rollback() {
+	in.resetRoutes()
+	_ = in.txc.Abort(nil)
+	if in.obs != nil {
+		in.obs.Aborted()
+	}
+}
+
+// consumeStep runs one step over up to batch_size input events, retrying it
+// (conflicts at once, failures with backoff) until it commits, the failed
+// events are dead-lettered, or the app stops. It returns the number of
+// events consumed.
+func (in *instance) consumeStep(ctx context.Context) (int, error) {
+	for {
+		sc, err := in.start(ctx)
+		if err != nil {
+			return 0, err
+		}
+		evs, err := in.dequeue()
+		if err != nil {
+			in.rollback()
+			return 0, fmt.Errorf("flowlet %q instance %d: dequeue: %w", in.fl.Name, in.idx, err)
+		}
+		if len(evs) == 0 {
+			in.resetRoutes()
+			_ = in.txc.Abort(nil)
+			return 0, nil
+		}
+		retryNow, wait := in.process(sc, evs)
+		if ctx.Err() != nil && (retryNow || wait > 0) {
+			in.rollback()
+			return 0, nil // shutting down: the input comes again next run
+		}
+		if retryNow {
+			in.rollback()
+			continue
+		}
+		if wait > 0 {
+			in.rollback()
+			sleep(ctx, wait)
+			continue
+		}
+		conflict, err := in.finish(sc)
+		if conflict {
+			continue
+		}
+		if err != nil {
+			if fatalErr(err) {
+				return 0, err
+			}
+			// Timed out or too large: count it as a failure of every event.
+			in.logger.Warn("step commit failed", "err", err, "events", len(evs))
+			in.st.setErr(err)
+			n := 0
+			for _, e := range evs {
+				n = max(n, in.fail(e.id, err))
+			}
+			sleep(ctx, in.backoff(n))
+			continue
+		}
+		for _, e := range evs {
+			delete(in.attempts, e.id)
+			delete(in.lastErr, e.id)
+			delete(in.isolate, e.id)
+		}
+		in.st.processed.Add(uint64(len(evs)))
+		in.frt.rate.add(len(evs))
+		if in.pub != nil {
+			if err := in.publish(ctx); err != nil {
+				return len(evs), err
+			}
+		}
+		return len(evs), nil
+	}
+}
+
+// fail records a failed attempt of event id and returns its attempt count.
+func (in *instance) fail(id string, err error) int {
+	in.attempts[id]++
+	in.lastErr[id] = err.Error()
+	in.st.failed.Add(1)
+	return in.attempts[id]
+}
+
+type inEvent struct {
+	id   string // input queue + "/" + event id: unique across inputs
+	ev   flowlet.Event
+	dead *DeadLetter // replayed dead letter, for its attempts
+}
+
+// dequeue takes up to batch_size events, round-robin over the inputs.
+func (in *instance) dequeue() ([]inEvent, error) {
+	limit := in.fl.BatchSize
+	var out []inEvent
+	n := len(in.inputs)
+	for i := 0; i < n && len(out) < limit; i++ {
+		inp := in.inputs[(in.next+i)%n]
+		entries, err := inp.c.Dequeue(limit - len(out))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", inp.queue, err)
+		}
+		for j := range entries {
+			e, err := inp.event(&entries[j])
+			if err != nil {
+				// Undecodable entries are not the flowlet's fault: keep them.
+				e = inEvent{ev: flowlet.Event{ID: entries[j].ID.String(), Input: inp.queue, Payload: entries[j].Payload}}
+				in.logger.Error("undecodable queue entry", "queue", inp.queue, "id", e.ev.ID, "err", err)
+			}
+			e.id = inp.queue + "/" + e.ev.ID
+			out = append(out, e)
+		}
+	}
+	in.next = (in.next + 1) % max(n, 1)
+	return out, nil
+}
+
+func (inp *input) event(en *queue.Entry) (inEvent, error) {
+	if inp.replay {
+		d, err := decodeDeadLetter("", en.Payload)
+		if err != nil {
+			return inEvent{}, err
+		}
+		return inEvent{ev: flowlet.Event{ID: d.EventID, Input: d.Input, Payload: d.Payload, Keys: d.Keys, EventTime: d.EventTime, TraceID: d.TraceID}, dead: &d}, nil
+	}
+	ev := flowlet.Event{ID: en.ID.String(), Input: inp.queue, EventTime: en.EventTime, TraceID: en.TraceID}
+	if inp.key != "" && en.Key != nil {
+		ev.Keys = append(ev.Keys, flowlet.KeyValue{Name: inp.key, Value: string(en.Key)})
+	}
+	var err error
+	ev.Keys, ev.Payload, err = decodeEnvelope(en.Payload, ev.Keys)
+	return inEvent{ev: ev}, err
+}
+
+// process runs the flowlet over evs inside the step. It returns retryNow
+// when the step must be redone at once (a batch failed: redo it event by
+// event), or wait > 0 when an event failed and has retries left (abort, wait,
+// redo). Otherwise the step is ready to commit: events that failed more than
+// retries.max times are in its dead letters.
+func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait time.Duration) {
+	maxTries := in.fl.Retry.Max + 1
+	live := evs[:0:0]
+	for i := range evs {
+		e := &evs[i]
+		if in.attempts[e.id] >= maxTries {
+			in.deadLetter(sc, e, in.lastErr[e.id])
+			continue
+		}
+		live = append(live, *e)
+	}
+	if len(live) == 0 {
+		return false, 0
+	}
+	if in.batch != nil && !in.isolate[live[0].id] {
+		batch := make([]flowlet.Event, len(live))
+		for i := range live {
+			batch[i] = live[i].ev
+		}
+		sc.emitErr = nil
+		err := safeCall(func() error { return in.batch.ProcessBatch(sc, batch) })
+		if err == nil {
+			err = sc.emitErr
+		}
+		if err == nil {
+			return false, 0
+		}
+		if sc.Context.Err() != nil {
+			return false, time.Nanosecond
+		}
+		in.logFailure(err, len(live))
+		if len(live) == 1 {
+			n := in.fail(live[0].id, err)
+			if n >= maxTries {
+				return true, 0 // dead-lettered on the redo
+			}
+			return false, in.backoff(n)
+		}
+		for _, e := range live {
+			in.isolate[e.id] = true
+		}
+		in.st.failed.Add(1)
+		return true, 0
+	}
+	worst := 0
+	for i := range live {
+		e := &live[i]
+		m := sc.begin(&e.ev)
+		var err error
+		if in.proc != nil {
+			err = safeCall(func() error { return in.proc.Process(sc, e.ev) })
+		} else {
+			err = safeCall(func() error { return in.batch.ProcessBatch(sc, []flowlet.Event{e.ev}) })
+		}
+		if err == nil {
+			err = sc.emitErr
+		}
+		if err == nil {
+			continue
+		}
+		sc.rollback(m)
+		if sc.Context.Err() != nil {
+			return false, time.Nanosecond // shutting down: not the event's fault
+		}
+		in.logFailure(err, 1)
+		n := in.fail(e.id, err)
+		if n >= maxTries {
+			in.deadLetter(sc, e, err.Error())
+		} else {
+			worst = max(worst, n)
+		}
+	}
+	sc.tracking = false
+	sc.event = nil
+	if worst > 0 {
+		return false, in.backoff(worst)
+	}
+	return false, 0
+}
+
+func (in *instance) logFailure(err error, events int) {
+	in.st.setErr(err)
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		in.logger.Error("flowlet panicked", "panic", fmt.Sprint(pe.Value), "events", events, "stack", pe.Stack)
+		return
+	}
+	in.logger.Warn("step failed", "err", err, "events", events)
+}
+
+func (in *instance) deadLetter(sc *stepCtx, e *inEvent, reason string) {
+	attempts := in.attempts[e.id]
+	if e.dead != nil {
+		attempts += e.dead.Attempts
+	}
+	sc.dead = append(sc.dead, DeadLetter{
+		Flowlet: in.fl.Name, Input: e.ev.Input, EventID: e.ev.ID, Error: reason, Attempts: attempts,
+		Time: time.Now(), Keys: e.ev.Keys, EventTime: e.ev.EventTime, TraceID: e.ev.TraceID,
+		Payload: append([]byte(nil), e.ev.Payload...),
+	})
+	in.logger.Warn("event moved to the dead-letter queue", "input", e.ev.Input, "id", e.ev.ID, "attempts", attempts, "err", reason)
+}
+
+// sourceStep runs one Generate in a transaction, with retries.
+func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
+	tries := 0
+	for {
+		sc, err := in.start(ctx)
+		if err != nil {
+			return srcMore, err
+		}
+		gerr := safeCall(func() error { return in.src.Generate(sc) })
+		res := srcMore
+		switch {
+		case errors.Is(gerr, flowlet.ErrIdle):
+			res, gerr = srcIdle, nil
+		case errors.Is(gerr, flowlet.ErrEndOfInput):
+			res, gerr = srcEnd, nil
+		}
+		if gerr == nil {
+			gerr = sc.emitErr
+		}
+		if gerr != nil {
+			in.rollback()
+			if ctx.Err() != nil {
+				return srcIdle, nil
+			}
+			tries++
+			in.logFailure(gerr, 0)
+			in.st.failed.Add(1)
+			if tries > in.fl.Retry.Max {
+				return srcMore, gerr
+			}
+			sleep(ctx, in.backoff(tries))
+			continue
+		}
+		if sc.empty() && res != srcEnd {
+			in.resetRoutes()
+			_ = in.txc.Abort(nil)
+			if in.obs != nil {
+				in.obs.Committed()
+			}
+			return res, nil
+		}
+		conflict, err := in.finish(sc)
+		if conflict {
+			continue
+		}
+		if err != nil {
+			if fatalErr(err) {
+				return srcMore, err
+			}
+			tries++
+			in.logFailure(err, 0)
+			in.st.failed.Add(1)
+			if tries > in.fl.Retry.Max {
+				return srcMore, err
+			}
+			sleep(ctx, in.backoff(tries))
+			continue
+		}
+		n := len(sc.emits)
+		in.st.processed.Add(uint64(n))
+		in.frt.rate.add(n)
+		return res, nil
+	}
+}
+
+// tick runs Tick in a transaction of its own; after the retries its error
+// goes to the dead-letter queue (input "tick") and the next tick comes as
+// usual.
+func (in *instance) tick(ctx context.Context) error {
+	return in.ownStep(ctx, "tick", func(sc *stepCtx) error { return in.ticker.Tick(sc) })
+}
+
+func (in *instance) publish(ctx context.Context) error {
+	return in.ownStep(ctx, "publish", func(sc *stepCtx) error { return in.pub.Publish(sc) })
+}
+
+func (in *instance) ownStep(ctx context.Context, what string, fn func(*stepCtx) error) error {
+	tries := 0
+	for {
+		sc, err := in.start(ctx)
+		if err != nil {
+			return err
+		}
+		ferr := safeCall(func() error { return fn(sc) })
+		if ferr == nil {
+			ferr = sc.emitErr
+		}
+		if ferr != nil {
+			in.rollback()
+			if ctx.Err() != nil {
+				return nil
+			}
+			tries++
+			in.logFailure(fmt.Errorf("%s: %w", what, ferr), 0)
+			in.st.failed.Add(1)
+			if tries <= in.fl.Retry.Max {
+				sleep(ctx, in.backoff(tries))
+				continue
+			}
+			// Give up on this one: record it, commit the record.
+			if sc, err = in.start(ctx); err != nil {
+				return err
+			}
+			sc.dead = append(sc.dead, DeadLetter{Flowlet: in.fl.Name, Input: what, Error: ferr.Error(), Attempts: tries, Time: time.Now()})
+		}
+		if sc.empty() {
+			in.resetRoutes()
+			_ = in.txc.Abort(nil)
+			return nil
+		}
+		conflict, err := in.finish(sc)
+		if conflict {
+			continue
+		}
+		if err != nil && fatalErr(err) {
+			return err
+		}
+		if err != nil {
+			tries++
+			in.logFailure(fmt.Errorf("%s: %w", what, err), 0)
+			if tries > in.fl.Retry.Max {
+				return nil
+			}
+			sleep(ctx, in.backoff(tries))
+			continue
+		}
+		return nil
+	}
+}

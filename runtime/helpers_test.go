@@ -1,0 +1,164 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/planner"
+	"github.com/flowrun/flowrun/runtime"
+	_ "github.com/flowrun/flowrun/runtime/builtin"
+)
+
+// Test flowlet types.
+//
+// t_count counts each event: counter "n" key "total", and counter "seen" key
+// payload. Config: fail (payload substring: always an error), panic
+// (substring: panic), flaky (substring: fail the first `flaky_times`
+// attempts of each such event), emit (bool: forward the payload on "out"
+// keyed by key `key`).
+type countFlowlet struct {
+	fail, panic, flaky string
+	flakyTimes         int
+	emit               bool
+	key                string
+	ignoreEmitErr      bool
+}
+
+var flakyMu sync.Mutex
+var flakySeen = map[string]int{}
+
+func (c *countFlowlet) Init(ic flowlet.InitContext) error {
+	cf := ic.Config
+	c.fail, _ = cf.String("fail", "")
+	c.panic, _ = cf.String("panic", "")
+	c.flaky, _ = cf.String("flaky", "")
+	c.flakyTimes, _ = cf.Int("flaky_times", 1)
+	c.emit, _ = cf.Bool("emit", false)
+	c.key, _ = cf.String("key", "")
+	c.ignoreEmitErr, _ = cf.Bool("ignore_emit_err", false)
+	if v, _ := cf.String("init_error", ""); v != "" {
+		return errors.New(v)
+	}
+	return nil
+}
+
+func (c *countFlowlet) Process(ctx flowlet.Context, ev flowlet.Event) error {
+	p := string(ev.Payload)
+	if err := ctx.Counters("n").Add([]byte("total"), 1); err != nil {
+		return err
+	}
+	if err := ctx.Counters("seen").Add(ev.Payload, 1); err != nil {
+		return err
+	}
+	if err := ctx.State("last").Put([]byte(ctx.Name()), ev.Payload); err != nil {
+		return err
+	}
+	if c.fail != "" && strings.Contains(p, c.fail) {
+		return fmt.Errorf("refusing %q", p)
+	}
+	if c.panic != "" && strings.Contains(p, c.panic) {
+		var m map[string]int
+		m["boom"]++ // nil map write
+	}
+	if c.flaky != "" && strings.Contains(p, c.flaky) {
+		flakyMu.Lock()
+		flakySeen[ctx.Name()+"/"+p]++
+		n := flakySeen[ctx.Name()+"/"+p]
+		flakyMu.Unlock()
+		if n <= c.flakyTimes {
+			return fmt.Errorf("flaky %q attempt %d", p, n)
+		}
+	}
+	if c.emit {
+		var opts []flowlet.EmitOption
+		if c.key != "" {
+			opts = append(opts, flowlet.Key(c.key, p))
+		}
+		err := ctx.Emit("out", ev.Payload, opts...)
+		if c.ignoreEmitErr {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+func init() {
+	flowlet.Register("t_count", func() flowlet.Flowlet { return &countFlowlet{} }, flowlet.TypeInfo{})
+}
+
+func writeApp(t testing.TB, dir, yaml string) string {
+	t.Helper()
+	p := filepath.Join(dir, "app.yaml")
+	if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func plan(t testing.TB, dir, yaml string) *planner.Plan {
+	t.Helper()
+	p, err := runtime.ParseFile(writeApp(t, dir, yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// runDrain runs the app until drained (or the timeout) and returns it closed.
+func runDrain(t testing.TB, dir, yaml string, opts runtime.Options) *runtime.App {
+	t.Helper()
+	if opts.DataDir == "" {
+		opts.DataDir = filepath.Join(dir, "data")
+	}
+	opts.Drain = true
+	a, err := runtime.Open(plan(t, dir, yaml), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := a.Run(ctx); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("app did not drain: %+v", a.Status())
+	}
+	return a
+}
+
+func counter(t testing.TB, a *runtime.App, fl, table, key string) int64 {
+	t.Helper()
+	var n int64
+	err := a.View(fl, func(r runtime.StateReader) error {
+		var err error
+		n, err = r.Counters(table).Get([]byte(key))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func deadLetters(t testing.TB, dir, fl string) []runtime.DeadLetter {
+	t.Helper()
+	s, err := runtime.OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var out []runtime.DeadLetter
+	if err := s.DeadLetters(fl, 0, func(d runtime.DeadLetter) bool { out = append(out, d); return true }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -1,0 +1,366 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/internal/state"
+	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/tx"
+)
+
+// Store is an app's store opened for inspection and maintenance by the CLI's
+// read commands (state, queue, dlq) and by tests and result exporters. It
+// needs the store to itself: while an app runs on it, OpenStore fails with
+// ErrLocked.
+type Store struct {
+	st *store
+}
+
+// OpenStore opens the store in dir, which must exist.
+func OpenStore(dir string) (*Store, error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("no store at %s (has the app run? use --data): %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("store %s: not a directory", dir)
+	}
+	st, err := openStore(dir, storeOptions{durable: true, evictInterval: -1, gcInterval: -1})
+	if err != nil {
+		return nil, err
+	}
+	return &Store{st: st}, nil
+}
+
+// Close closes the store.
+func (s *Store) Close() error { return s.st.close() }
+
+// Queues describes every queue: depth and lag per consumer group.
+func (s *Store) Queues() ([]queue.QueueInfo, error) { return s.st.queues.List() }
+
+// QueueEntry is a stored queue entry, decoded.
+type QueueEntry struct {
+	ID        string             `json:"id"`
+	Queue     string             `json:"queue"`
+	Enqueued  time.Time          `json:"enqueued"`
+	Keys      []flowlet.KeyValue `json:"keys,omitempty"`
+	EventTime time.Time          `json:"event_time,omitzero"`
+	TraceID   string             `json:"trace_id,omitempty"`
+	Payload   []byte             `json:"-"`
+	// Dead is set for entries of a dead-letter queue.
+	Dead *DeadLetter `json:"-"`
+}
+
+// Scan calls fn for up to limit (0 = all) committed entries of a queue that
+// are still stored (consumed entries are evicted in the background), in
+// partition order.
+func (s *Store) Scan(queueName, keyName string, limit int, fn func(QueueEntry) bool) error {
+	dead := isDLQ(queueName)
+	var derr error
+	err := s.st.queues.Scan(queueName, queue.ScanOptions{Limit: limit}, func(e queue.Entry) bool {
+		qe := QueueEntry{ID: e.ID.String(), Queue: queueName, Enqueued: e.Enqueued, EventTime: e.EventTime, TraceID: e.TraceID}
+		if dead {
+			d, err := decodeDeadLetter(flowletOfQueue(queueName), e.Payload)
+			if err != nil {
+				derr = fmt.Errorf("entry %s: %w", qe.ID, err)
+				return false
+			}
+			qe.Dead, qe.Payload, qe.Keys = &d, d.Payload, d.Keys
+			return fn(qe)
+		}
+		if keyName != "" && e.Key != nil {
+			qe.Keys = append(qe.Keys, flowlet.KeyValue{Name: keyName, Value: string(e.Key)})
+		}
+		var err error
+		if qe.Keys, qe.Payload, err = decodeEnvelope(e.Payload, qe.Keys); err != nil {
+			derr = fmt.Errorf("entry %s: %w", qe.ID, err)
+			return false
+		}
+		return fn(qe)
+	})
+	return errors.Join(err, derr)
+}
+
+func isDLQ(q string) bool {
+	return len(q) > len(DLQOutput)+1 && q[len(q)-len(DLQOutput)-1:] == "."+DLQOutput
+}
+
+func flowletOfQueue(q string) string {
+	for i := len(q) - 1; i >= 0; i-- {
+		if q[i] == '.' {
+			return q[:i]
+		}
+	}
+	return q
+}
+
+// DeadLetters calls fn for up to limit (0 = all) entries waiting in a
+// flowlet's dead-letter queue.
+func (s *Store) DeadLetters(flowletName string, limit int, fn func(DeadLetter) bool) error {
+	q := DLQName(flowletName)
+	info, err := s.st.queues.Info(q)
+	if err != nil {
+		return fmt.Errorf("flowlet %q has no dead-letter queue: %w", flowletName, err)
+	}
+	// Entries below the replay group's cursor were replayed already and are
+	// only waiting for eviction.
+	skip := map[string]bool{}
+	if len(info.Groups) > 0 {
+		if err := s.replayed(q, skip); err != nil {
+			return err
+		}
+	}
+	n := 0
+	return s.Scan(q, "", 0, func(e QueueEntry) bool {
+		if skip[e.ID] {
+			return true
+		}
+		n++
+		if !fn(*e.Dead) {
+			return false
+		}
+		return limit == 0 || n < limit
+	})
+}
+
+// replayed collects the ids of DLQ entries the replay group consumed but
+// eviction has not removed yet: everything stored minus what a fresh
+// dequeue would return.
+func (s *Store) replayed(q string, out map[string]bool) error {
+	c, err := s.st.queues.Consumer(q, replayGroup, 0)
+	if err != nil {
+		return err
+	}
+	txc := s.st.coord.NewContext(c)
+	if _, err := txc.Start(time.Minute); err != nil {
+		return err
+	}
+	defer txc.Abort(nil)
+	pending := map[string]bool{}
+	for {
+		es, err := c.Dequeue(10000)
+		if err != nil {
+			return err
+		}
+		if len(es) == 0 {
+			break
+		}
+		for _, e := range es {
+			pending[e.ID.String()] = true
+		}
+	}
+	return s.st.queues.Scan(q, queue.ScanOptions{}, func(e queue.Entry) bool {
+		if id := e.ID.String(); !pending[id] {
+			out[id] = true
+		}
+		return true
+	})
+}
+
+// DLQSize is the number of entries waiting in a flowlet's dead-letter queue.
+func (s *Store) DLQSize(flowletName string) (int64, error) {
+	info, err := s.st.queues.Info(DLQName(flowletName))
+	if err != nil {
+		return 0, err
+	}
+	return dlqSize(info), nil
+}
+
+const replayGroup = "replay"
+
+func dlqSize(q queue.QueueInfo) int64 {
+	for _, g := range q.Groups {
+		if g.Name == replayGroup {
+			return g.Lag
+		}
+	}
+	return q.Events
+}
+
+// ReplayDeadLetters moves the dead letters of a flowlet back to its input,
+// in transactions: the flowlet consumes them (through the queue
+// "<flowlet>.dlq-replay", delivered like its other input) when the app runs
+// next. inputs are the queues the flowlet consumes in the current plan and
+// keys their partition key names; entries from other inputs (failed ticks
+// and publishes, queues no longer in the app) stay in the dead-letter queue.
+// It returns how many entries were replayed and how many were kept.
+func (s *Store) ReplayDeadLetters(flowletName string, inputs map[string]string) (replayed, kept int, err error) {
+	qs := s.st.queues
+	dq, rq := DLQName(flowletName), ReplayName(flowletName)
+	info, err := qs.Info(dq)
+	if err != nil {
+		return 0, 0, fmt.Errorf("flowlet %q has no dead-letter queue: %w", flowletName, err)
+	}
+	if len(inputs) == 0 {
+		return 0, 0, fmt.Errorf("flowlet %q consumes no input: its dead letters cannot be replayed (inspect them with dlq ls)", flowletName)
+	}
+	if _, err := qs.Info(rq); err != nil {
+		return 0, 0, fmt.Errorf("flowlet %q has no replay queue (run the app once first): %w", flowletName, err)
+	}
+	has := false
+	for _, g := range info.Groups {
+		has = has || g.Name == replayGroup
+	}
+	if !has {
+		if err := qs.AddGroup(dq, queue.Group{Name: replayGroup, Strategy: queue.Hash, Instances: 1}); err != nil {
+			return 0, 0, err
+		}
+		if info, err = qs.Info(dq); err != nil {
+			return 0, 0, err
+		}
+	}
+	todo := int(dlqSize(info))
+	c, err := qs.Consumer(dq, replayGroup, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	back, err := qs.Producer(dq)
+	if err != nil {
+		return 0, 0, err
+	}
+	out, err := qs.Producer(rq)
+	if err != nil {
+		return 0, 0, err
+	}
+	txc := s.st.coord.NewContext(c, back, out)
+	for done := 0; done < todo; {
+		if _, err := txc.Start(time.Minute); err != nil {
+			return replayed, kept, err
+		}
+		es, err := c.Dequeue(min(1000, todo-done))
+		if err != nil {
+			txc.Abort(nil)
+			return replayed, kept, err
+		}
+		if len(es) == 0 {
+			txc.Abort(nil)
+			break
+		}
+		r, k := 0, 0
+		for _, e := range es {
+			d, derr := decodeDeadLetter(flowletName, e.Payload)
+			keyName, ok := inputs[d.Input]
+			if derr != nil || !ok {
+				err = back.Enqueue(context.Background(), queue.Event{Payload: e.Payload})
+				k++
+			} else {
+				var key []byte
+				for _, kv := range d.Keys {
+					if kv.Name == keyName && keyName != "" {
+						key = []byte(kv.Value)
+					}
+				}
+				err = out.Enqueue(context.Background(), queue.Event{Payload: e.Payload, Key: key})
+				r++
+			}
+			if err != nil {
+				txc.Abort(nil)
+				return replayed, kept, err
+			}
+		}
+		if err := txc.Finish(); err != nil {
+			return replayed, kept, err
+		}
+		replayed += r
+		kept += k
+		done += len(es)
+	}
+	return replayed, kept, qs.Maintain()
+}
+
+// TableInfo names one state table of a flowlet.
+type TableInfo struct {
+	Name string `json:"name"`
+	// Kind is "table" (key-value) or "counters".
+	Kind string `json:"kind"`
+}
+
+// Tables lists a flowlet's state tables and counter tables that hold data.
+func (s *Store) Tables(app, flowletName string) ([]TableInfo, error) {
+	prefix := state.KeyPrefix(app, flowletName)
+	var out []TableInfo
+	err := s.st.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); {
+			k := it.Item().Key()[len(prefix):]
+			end := bytes.IndexByte(k, 0)
+			if len(k) < 2 || end < 1 {
+				it.Next()
+				continue
+			}
+			kind := "table"
+			if k[0] == 'c' {
+				kind = "counters"
+			}
+			name := string(k[1:end])
+			out = append(out, TableInfo{Name: name, Kind: kind})
+			seek := append(append([]byte(nil), prefix...), k[:end]...)
+			it.Seek(append(seek, 1))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// View runs fn with read access to a flowlet's state as of the last commit.
+func (s *Store) View(app, flowletName string, fn func(st StateReader) error) error {
+	return s.st.view(app, flowletName, fn)
+}
+
+// View runs fn with read access to a flowlet's state as of the last commit;
+// it may run while the app runs.
+func (a *App) View(flowletName string, fn func(st StateReader) error) error {
+	return a.st.view(a.plan.App, flowletName, fn)
+}
+
+func (s *store) view(app, flowletName string, fn func(st StateReader) error) error {
+	ss, err := state.Open(s.db, app, flowletName)
+	if err != nil {
+		return err
+	}
+	defer ss.Close()
+	t, err := s.coord.StartShort(time.Minute)
+	if err != nil {
+		return err
+	}
+	defer s.coord.Abort(t)
+	if err := ss.StartTx(t); err != nil {
+		return err
+	}
+	defer ss.Rollback()
+	return fn(stateReader{ss})
+}
+
+// StateReader reads one flowlet's tables and counters.
+type StateReader interface {
+	Table(name string) flowlet.Table
+	Counters(name string) flowlet.Counters
+}
+
+type stateReader struct{ s *state.Store }
+
+func (r stateReader) Table(name string) flowlet.Table       { return readOnlyTable{r.s.Table(name)} }
+func (r stateReader) Counters(name string) flowlet.Counters { return readOnlyCounters{r.s.Counters(name)} }
+
+var errReadOnly = errors.New("runtime: state opened for reading")
+
+type readOnlyTable struct{ *state.Table }
+
+func (readOnlyTable) Put(_, _ []byte) error { return errReadOnly }
+func (readOnlyTable) Delete(_ []byte) error { return errReadOnly }
+
+type readOnlyCounters struct{ *state.Counters }
+
+func (readOnlyCounters) Add(_ []byte, _ int64) error { return errReadOnly }
+
+// TxStats returns the coordinator's counters.
+func (s *Store) TxStats() tx.Stats { return s.st.coord.Stats() }

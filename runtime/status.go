@@ -1,0 +1,153 @@
+package runtime
+
+import (
+	"sync"
+	"time"
+
+	"github.com/flowrun/flowrun/tx"
+)
+
+// rateMeter measures events per second over windows of about a second.
+type rateMeter struct {
+	mu    sync.Mutex
+	count uint64
+	since time.Time
+	last  float64
+}
+
+func (r *rateMeter) add(n int) {
+	r.mu.Lock()
+	r.count += uint64(n)
+	r.mu.Unlock()
+}
+
+// rate returns the rate of the last full window (at least 1s).
+func (r *rateMeter) rate(now time.Time) float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.since.IsZero() {
+		r.since = now
+		return 0
+	}
+	if d := now.Sub(r.since); d >= time.Second {
+		r.last = float64(r.count) / d.Seconds()
+		r.count = 0
+		r.since = now
+	}
+	return r.last
+}
+
+// Status is a point-in-time view of a running app, for the CLI's progress
+// view and a status endpoint. Its JSON form is documented in specs/cli.md.
+type Status struct {
+	App      string          `json:"app"`
+	DataDir  string          `json:"data_dir"`
+	Time     time.Time       `json:"time"`
+	Uptime   float64         `json:"uptime_seconds"`
+	Drained  bool            `json:"drained"`
+	Flowlets []FlowletStatus `json:"flowlets"`
+	Queues   []QueueStatus   `json:"queues"`
+	Tx       TxStatus        `json:"tx"`
+}
+
+// FlowletStatus describes one flowlet (all its instances).
+type FlowletStatus struct {
+	Name      string `json:"name"`
+	Type      string `json:"type"`
+	Instances int    `json:"instances"`
+	Source    bool   `json:"source,omitempty"`
+	// Processed: input events consumed by committed steps (for sources:
+	// events emitted by committed steps).
+	Processed uint64 `json:"processed"`
+	// Emitted: events committed to the flowlet's output queues.
+	Emitted uint64 `json:"emitted"`
+	// Failed: failed attempts (errors and panics; each retry counts).
+	Failed uint64 `json:"failed"`
+	// DeadLettered: entries this run wrote to the dead-letter queue.
+	DeadLettered uint64 `json:"dead_lettered"`
+	// Conflicts: steps retried after a write conflict.
+	Conflicts uint64 `json:"conflicts"`
+	// Unrouted: events emitted on outputs without a connection (dropped).
+	Unrouted uint64 `json:"unrouted,omitempty"`
+	// Rate: Processed per second over the last second or so.
+	Rate float64 `json:"events_per_second"`
+	// Backlog: events in the flowlet's input queues it has not consumed.
+	Backlog int64 `json:"backlog"`
+	// DLQ: entries stored in the flowlet's dead-letter queue.
+	DLQ int64 `json:"dlq"`
+	// Done: source instances that ended (end of input or gave up).
+	Done      int    `json:"done,omitempty"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+// QueueStatus is one queue's depth and per-group lag.
+type QueueStatus struct {
+	Name   string           `json:"name"`
+	Events int64            `json:"events"`
+	Bytes  int64            `json:"bytes"`
+	Lag    map[string]int64 `json:"lag,omitempty"` // by consumer group
+}
+
+// TxStatus is the coordinator's counters.
+type TxStatus struct {
+	Started     uint64 `json:"started"`
+	Committed   uint64 `json:"committed"`
+	Aborted     uint64 `json:"aborted"`
+	Conflicts   uint64 `json:"conflicts"`
+	Invalidated uint64 `json:"invalidated"`
+	InProgress  int    `json:"in_progress"`
+	Invalid     int    `json:"invalid"`
+	ReadPointer uint64 `json:"read_pointer"`
+	// CommitP50/P99 are commit latencies in milliseconds (upper estimates).
+	CommitP50 float64 `json:"commit_p50_ms"`
+	CommitP99 float64 `json:"commit_p99_ms"`
+}
+
+func txStatus(s tx.Stats) TxStatus {
+	return TxStatus{
+		Started: s.Started, Committed: s.Committed, Aborted: s.Aborted, Conflicts: s.Conflicts,
+		Invalidated: s.Invalidated, InProgress: s.InProgress, Invalid: s.Invalid, ReadPointer: s.ReadPointer,
+		CommitP50: float64(s.CommitLatency.Quantile(0.5)) / 1e6, CommitP99: float64(s.CommitLatency.Quantile(0.99)) / 1e6,
+	}
+}
+
+// Status returns the app's status. It reads every queue's keys to count
+// lag, so call it about once a second, not in a tight loop.
+func (a *App) Status() Status {
+	now := time.Now()
+	s := Status{App: a.plan.App, DataDir: a.opts.DataDir, Time: now, Drained: a.drained.Load(), Tx: txStatus(a.st.coord.Stats())}
+	if !a.started.IsZero() {
+		s.Uptime = now.Sub(a.started).Seconds()
+	}
+	lag := map[string]int64{} // flowlet → backlog
+	dlq := map[string]int64{}
+	infos, _ := a.st.queues.List()
+	for _, q := range infos {
+		qs := QueueStatus{Name: q.Name, Events: q.Events, Bytes: q.Bytes}
+		if len(q.Groups) > 0 {
+			qs.Lag = map[string]int64{}
+		}
+		for _, g := range q.Groups {
+			qs.Lag[g.Name] = g.Lag
+			if q.Name != DLQName(g.Name) {
+				lag[g.Name] += g.Lag
+			}
+		}
+		s.Queues = append(s.Queues, qs)
+		dlq[q.Name] = dlqSize(q)
+	}
+	for _, f := range a.flowlets {
+		st := f.st
+		st.errMu.Lock()
+		lastErr := st.lastErr
+		st.errMu.Unlock()
+		s.Flowlets = append(s.Flowlets, FlowletStatus{
+			Name: f.fl.Name, Type: f.fl.Type, Instances: f.fl.Instances, Source: f.source,
+			Processed: st.processed.Load(), Emitted: st.emitted.Load(), Failed: st.failed.Load(),
+			DeadLettered: st.dead.Load(), Conflicts: st.conflicts.Load(), Unrouted: st.unrouted.Load(),
+			Rate: f.rate.rate(now), Backlog: lag[f.fl.Name], DLQ: dlq[DLQName(f.fl.Name)],
+			Done: int(st.done.Load()), LastError: lastErr,
+		})
+	}
+	return s
+}

@@ -1,0 +1,100 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/flowrun/flowrun/internal/badgerutil"
+	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/queue/badgerq"
+	"github.com/flowrun/flowrun/tx"
+)
+
+// ErrLocked: another process (a running app) holds the store. Badger allows
+// one process per directory.
+var ErrLocked = errors.New("app is running (store locked)")
+
+// DefaultDataDir is where an app's store lives unless --data says otherwise.
+func DefaultDataDir(app string) string { return filepath.Join(".flowrun", app) }
+
+// store is the one Badger DB of an app with the coordinator and the queues
+// on it: every participant stages into the DB that holds the tx log, so every
+// step takes the single-store fast path.
+type store struct {
+	dir    string
+	db     *badger.DB
+	coord  *tx.Coordinator
+	qb     *badgerq.Backend
+	queues *queue.Queues
+	pruner *tx.Pruner
+}
+
+type storeOptions struct {
+	durable       bool
+	evictInterval time.Duration
+	gcInterval    time.Duration
+}
+
+func openStore(dir string, o storeOptions) (*store, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	if err := badgerutil.RemoveEmptyValueLogs(dir); err != nil {
+		return nil, fmt.Errorf("data directory %s: %w", dir, err)
+	}
+	db, err := badgerq.OpenDB(dir, o.durable)
+	if err != nil {
+		if strings.Contains(err.Error(), "Another process is using this Badger database") {
+			return nil, fmt.Errorf("%w: %s is in use by another flowrun process; stop it or use its status endpoint", ErrLocked, dir)
+		}
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	s := &store{dir: dir, db: db}
+	log, err := tx.NewBadgerLog(db, tx.BadgerLogOptions{})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.coord, err = tx.Open(tx.Options{Log: log, EndRecoveredTransactions: true})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	// State stages its writes on the fast path only: no invalid data ever.
+	s.pruner = s.coord.RegisterPruner("state")
+	s.pruner.Report(tx.NoInvalidData)
+	s.qb, err = badgerq.Open(db, badgerq.Options{
+		Coordinator: s.coord, FastPath: true,
+		EvictInterval: o.evictInterval, GCInterval: o.gcInterval,
+	})
+	if err != nil {
+		s.coord.Close()
+		db.Close()
+		return nil, fmt.Errorf("open queues in %s: %w", dir, err)
+	}
+	s.queues = queue.New(s.qb)
+	return s, nil
+}
+
+func (s *store) close() error {
+	var errs []error
+	if s.qb != nil {
+		errs = append(errs, s.qb.Close())
+	}
+	if s.pruner != nil {
+		s.pruner.Unregister()
+	}
+	if s.coord != nil {
+		errs = append(errs, s.coord.Close())
+	}
+	if s.db != nil {
+		errs = append(errs, s.db.Close())
+	}
+	return errors.Join(errs...)
+}
