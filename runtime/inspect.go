@@ -348,8 +348,10 @@ type StateReader interface {
 
 type stateReader struct{ s *state.Store }
 
-func (r stateReader) Table(name string) flowlet.Table       { return readOnlyTable{r.s.Table(name)} }
-func (r stateReader) Counters(name string) flowlet.Counters { return readOnlyCounters{r.s.Counters(name)} }
+func (r stateReader) Table(name string) flowlet.Table { return readOnlyTable{r.s.Table(name)} }
+func (r stateReader) Counters(name string) flowlet.Counters {
+	return readOnlyCounters{r.s.Counters(name)}
+}
 
 var errReadOnly = errors.New("runtime: state opened for reading")
 

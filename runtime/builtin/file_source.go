@@ -250,4 +250,3 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 	}
 	return nil
 }
-

@@ -1,0 +1,187 @@
+// Package cli is the flowrun command line, as a library: cmd/flowrun is
+// Main with the built-in flowlets, and an app with its own flowlet types
+// builds the same CLI by importing its flowlet packages (which call
+// flowlet.Register in init) and calling Main:
+//
+//	package main
+//
+//	import (
+//		_ "example.com/myapp/flowlets"
+//		"github.com/flowrun/flowrun/runtime/cli"
+//	)
+//
+//	func main() { cli.Main() }
+//
+// specs/cli.md documents the commands, flags, exit codes and JSON formats.
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowrun/flowrun/planner"
+	"github.com/flowrun/flowrun/runtime"
+	_ "github.com/flowrun/flowrun/runtime/builtin"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailure = 1 // the command failed (invalid app, run error, ...)
+	ExitUsage   = 2 // bad command line
+)
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// Main runs the CLI with os.Args and exits.
+func Main() {
+	os.Exit(Run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// Run runs the CLI with args and returns the exit code.
+func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := g.root()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil && ee.err.Error() != "" {
+			fmt.Fprintf(stderr, "flowrun: %v\n", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintf(stderr, "flowrun: %v\n", err)
+	if isUsage(err) {
+		return ExitUsage
+	}
+	return ExitFailure
+}
+
+func isUsage(err error) bool {
+	s := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires at least", "flag needs an argument", "invalid argument"} {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+type globals struct {
+	stdout, stderr io.Writer
+	data           string
+	logFormat      string
+	logLevel       string
+	asJSON         bool
+}
+
+func (g *globals) root() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "flowrun",
+		Short:         "flowrun runs stream-processing apps exactly once",
+		Long:          "flowrun runs stream-processing apps described in YAML (specs/app-yaml.md) exactly once, on an embedded store.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.data, "data", "", "the app's data directory (default .flowrun/<app>)")
+	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
+	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.AddCommand(g.runCmd(), g.validateCmd(), g.planCmd(), g.stateCmd(), g.queueCmd(), g.dlqCmd(), g.typesCmd())
+	return root
+}
+
+func (g *globals) addJSON(c *cobra.Command) {
+	c.Flags().BoolVar(&g.asJSON, "json", false, "write JSON (specs/cli.md documents the format)")
+}
+
+func (g *globals) logger() (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, &exitError{ExitUsage, fmt.Errorf("--log-level: %v", err)}
+	}
+	o := &slog.HandlerOptions{Level: lvl}
+	switch g.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(g.stderr, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(g.stderr, o)), nil
+	}
+	return nil, &exitError{ExitUsage, fmt.Errorf("--log-format must be text or json, not %q", g.logFormat)}
+}
+
+func (g *globals) printJSON(v any) error {
+	enc := json.NewEncoder(g.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// parsePlan plans an app file; planner errors (with file:line:col) exit 1.
+func parsePlan(path string) (*planner.Plan, error) {
+	p, err := runtime.ParseFile(path)
+	if err != nil {
+		var el planner.ErrorList
+		if errors.As(err, &el) {
+			return nil, &exitError{ExitFailure, err}
+		}
+		return nil, &exitError{ExitFailure, fmt.Errorf("read app: %w", err)}
+	}
+	return p, nil
+}
+
+// appRef is an APP argument: an app file (.yaml/.yml or an existing file) or
+// an app name.
+type appRef struct {
+	name string
+	plan *planner.Plan // nil when given by name
+}
+
+func resolveApp(arg string) (appRef, error) {
+	ext := filepath.Ext(arg)
+	if fi, err := os.Stat(arg); (err == nil && !fi.IsDir()) || ext == ".yaml" || ext == ".yml" {
+		p, err := parsePlan(arg)
+		if err != nil {
+			return appRef{}, err
+		}
+		return appRef{name: p.App, plan: p}, nil
+	}
+	return appRef{name: arg}, nil
+}
+
+func (g *globals) dataDir(app string) string {
+	if g.data != "" {
+		return g.data
+	}
+	return runtime.DefaultDataDir(app)
+}
+
+// openStore opens the app's store for a read command.
+func (g *globals) openStore(app string) (*runtime.Store, error) {
+	s, err := runtime.OpenStore(g.dataDir(app))
+	if err != nil {
+		return nil, &exitError{ExitFailure, err}
+	}
+	return s, nil
+}

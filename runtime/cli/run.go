@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowrun/flowrun/runtime"
+)
+
+func (g *globals) runCmd() *cobra.Command {
+	var drain, noSync bool
+	var progress string
+	var interval time.Duration
+	c := &cobra.Command{
+		Use:   "run APP.yaml",
+		Short: "run an app in the foreground until SIGINT/SIGTERM (or, with --drain, until its input is exhausted)",
+		Long: `Run an app in the foreground. SIGINT or SIGTERM stops it: steps in flight
+commit or abort, then flowrun exits 0. A restart resumes exactly where the
+last commit left off.
+
+With --drain, flowrun exits 0 once every source reported the end of its
+input, every queue is empty and no step is in flight (tickers get one last
+tick first); it exits 1 if a source gave up on an error.
+
+On a terminal, a live view of events/s, backlog and dead letters per flowlet
+is drawn on stderr (--progress).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			plan, err := parsePlan(args[0])
+			if err != nil {
+				return err
+			}
+			a, err := runtime.Open(plan, runtime.Options{DataDir: g.dataDir(plan.App), NoSync: noSync, Logger: log, Drain: drain})
+			if err != nil {
+				return &exitError{ExitFailure, err}
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			show := progress == "always" || (progress == "auto" && isTTY(g.stderr))
+			done := make(chan struct{})
+			viewDone := make(chan struct{})
+			go func() {
+				defer close(viewDone)
+				if show {
+					progressView(a, g.stderr, interval, done)
+				}
+			}()
+			log.Info("running", "app", plan.App, "data", a.DataDir(), "drain", drain)
+			runErr := a.Run(ctx)
+			close(done)
+			<-viewDone
+			st := a.Status()
+			closeErr := a.Close()
+			if g.asJSON {
+				g.printJSON(st)
+			} else if show || drain {
+				printSummary(g.stderr, st)
+			}
+			if runErr != nil {
+				return &exitError{ExitFailure, runErr}
+			}
+			if closeErr != nil {
+				return &exitError{ExitFailure, closeErr}
+			}
+			log.Info("stopped", "app", plan.App, "drained", st.Drained)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.BoolVar(&drain, "drain", false, "exit once sources are exhausted, every queue is empty and no step is in flight")
+	f.BoolVar(&noSync, "no-sync", false, "do not fsync commits (survives kill -9, not power loss); faster")
+	f.StringVar(&progress, "progress", "auto", "live progress view on stderr: auto (on a terminal), always or never")
+	f.DurationVar(&interval, "progress-interval", time.Second, "progress view refresh interval")
+	g.addJSON(c)
+	c.Flags().Lookup("json").Usage = "at exit, write the final status as JSON to stdout"
+	return c
+}
+
+func isTTY(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// progressView redraws a table of the app's flowlets every interval.
+func progressView(a *runtime.App, w io.Writer, interval time.Duration, done <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	lines := 0
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		var b strings.Builder
+		writeTable(&b, a.Status())
+		out := b.String()
+		if lines > 0 {
+			fmt.Fprintf(w, "\x1b[%dA", lines)
+		}
+		for _, l := range strings.SplitAfter(out, "\n") {
+			if l != "" {
+				fmt.Fprint(w, "\x1b[2K"+l)
+			}
+		}
+		lines = strings.Count(out, "\n")
+	}
+}
+
+func writeTable(w io.Writer, st runtime.Status) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "flowlet\tinst\tevents/s\tprocessed\tbacklog\tfailed\tdlq\t\n")
+	for _, f := range st.Flowlets {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%d\t%d\t\n", f.Name, f.Instances, f.Rate, f.Processed, f.Backlog, f.Failed, f.DLQ)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "tx: %d committed, %d aborted, %d conflicts, commit p99 %.1fms   uptime %.0fs\n",
+		st.Tx.Committed, st.Tx.Aborted, st.Tx.Conflicts, st.Tx.CommitP99, st.Uptime)
+}
+
+func printSummary(w io.Writer, st runtime.Status) {
+	state := "stopped"
+	if st.Drained {
+		state = "drained"
+	}
+	fmt.Fprintf(w, "app %s %s after %.1fs\n", st.App, state, st.Uptime)
+	writeTable(w, st)
+	for _, f := range st.Flowlets {
+		if f.LastError != "" {
+			fmt.Fprintf(w, "%s: last error: %s\n", f.Name, f.LastError)
+		}
+	}
+}
