@@ -426,3 +426,14 @@ func TestStatsLatency(t *testing.T) {
 		t.Fatalf("p99 = %v", q)
 	}
 }
+
+func TestCommitWithWritesNeedsAtomicLog(t *testing.T) {
+	c := mustOpen(t, Options{})
+	tx := must[*Tx](t)(c.StartShort(time.Minute))
+	if err := c.CommitWith(tx, nil, []Write{{Key: []byte("k"), Value: []byte("v")}}); err == nil {
+		t.Fatal("staged writes without an AtomicLog must be refused, not dropped")
+	}
+	if err := c.CommitWith(tx, [][]byte{[]byte("k")}, nil); err != nil {
+		t.Fatalf("the refused call must leave tx committable: %v", err)
+	}
+}

@@ -2,7 +2,6 @@ package tx
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -227,21 +226,53 @@ func runCrashRounds(t *testing.T, mode string, rounds int) {
 	for round := 0; round < rounds; round++ {
 		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+mode+":"+dir)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
+		pipe, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = cmd.Stdout
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Duration(150+rng.IntN(500)) * time.Millisecond)
+		lines := make(chan string, 64)
+		go func() {
+			sc := bufio.NewScanner(pipe)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+			close(lines)
+		}()
+		// Most rounds kill the child while it transfers, a random moment
+		// after it verified the recovered state; some kill it during recovery.
+		var out []string
+		duringRecovery := rng.IntN(5) == 0
+		deadline := time.After(2 * time.Minute)
+	wait:
+		for !duringRecovery {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					break wait
+				}
+				out = append(out, line)
+				if strings.HasPrefix(line, "VERIFIED ") || strings.Contains(line, "FAILED") {
+					break wait
+				}
+			case <-deadline:
+				t.Fatalf("round %d: the child did not recover within 2 minutes", round)
+			}
+		}
+		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
-		err := cmd.Wait()
+		for line := range lines {
+			out = append(out, line)
+		}
+		err = cmd.Wait()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Fatalf("round %d: child did not die by SIGKILL (%v):\n%s", round, err, out.String())
+			t.Fatalf("round %d: child did not die by SIGKILL (%v):\n%s", round, err, strings.Join(out, "\n"))
 		}
-		sc := bufio.NewScanner(&out)
-		for sc.Scan() {
-			line := sc.Text()
+		for _, line := range out {
 			if strings.Contains(line, "FAILED") {
 				t.Fatalf("round %d: %s", round, line)
 			}

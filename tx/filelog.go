@@ -197,6 +197,10 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
+// inlineAppend: without Sync a waited append is a copy into the map, cheap
+// enough for the coordinator to do while holding its lock.
+func (l *FileLog) inlineAppend() bool { return !l.sync }
+
 // Append adds b's edits to the log. With b.Wait it returns once they (and
 // everything appended before) are in the segment's shared memory map, which
 // the OS keeps if the process dies, and in Sync mode once they are synced;
