@@ -294,35 +294,42 @@ func TestBytesPerHour(t *testing.T) {
 	clk.t = clk.t.Add(time.Hour)
 	tick() // however long: no later hour seen
 
-	step(hourEv(h14, 1, 0), hourEv(h13, 1, 5)) // 14 arrives: 13's grace starts now
+	step(hourEv(h14, 1, 0), hourEv(h13, 1, 5)) // 14 arrives: 13 is closed, quiet from now
 	clk.t = clk.t.Add(4 * time.Second)
 	tick()
 	clk.t = clk.t.Add(time.Second)
 	tick(`{"hour":"2026-11-21T13","bytes":105,"lines":4}`)
 	tick() // flushed once
 
-	// A late line reopens 13; it is flushed again after another grace,
-	// with the new totals.
+	// A late line reopens 13; it is flushed again once quiet, with the new
+	// totals.
 	step(hourEv(h13, 1, 10))
 	tick()
-	clk.t = clk.t.Add(5 * time.Second)
-	tick(`{"hour":"2026-11-21T13","bytes":115,"lines":5}`)
+	clk.t = clk.t.Add(3 * time.Second)
+	step(hourEv(h13, 1, 10)) // activity restarts the quiet time
+	clk.t = clk.t.Add(3 * time.Second)
+	tick()
+	clk.t = clk.t.Add(2 * time.Second)
+	tick(`{"hour":"2026-11-21T13","bytes":125,"lines":6}`)
 
-	// An hour with 0 bytes is still an hour; two hours close at once.
+	// A later hour restarts the quiet time of the hours it closes; an hour
+	// with 0 bytes is still an hour.
+	clk.t = clk.t.Add(time.Minute)
 	step(hourEv(h15, 1, 1))
-	clk.t = clk.t.Add(10 * time.Second)
+	tick()
+	clk.t = clk.t.Add(5 * time.Second)
 	tick(`{"hour":"2026-11-21T14","bytes":0,"lines":1}`)
 
-	if got := c.CountersMap(LinesCounters); !eq(got, map[string]int64{h13: 5, h14: 1, h15: 1}) {
+	if got := c.CountersMap(LinesCounters); !eq(got, map[string]int64{h13: 6, h14: 1, h15: 1}) {
 		t.Errorf("lines %v", got)
 	}
-	if got := c.CountersMap(BytesCounters); got[h13] != 115 || got[h14] != 0 || got[h15] != 1 {
+	if got := c.CountersMap(BytesCounters); got[h13] != 125 || got[h14] != 0 || got[h15] != 1 {
 		t.Errorf("bytes %v", got)
 	}
 	if got := c.Table(MetaTable); got["max/0"] != h15 {
 		t.Errorf("meta %v", got)
 	}
-	if got := c.Table(OpenTable); len(got) != 1 || got["0/"+h15] != "0" {
+	if got := c.Table(OpenTable); len(got) != 1 || got["0/"+h15] == "" {
 		t.Errorf("open %v", got)
 	}
 }
@@ -345,7 +352,7 @@ func TestBytesPerHourAbortAndInstances(t *testing.T) {
 		t.Errorf("meta %v", got)
 	}
 	open := c.Table(OpenTable)
-	if len(open) != 2 || open["1/2026-11-21T13"] != "1000000000000" || open["1/2026-11-21T14"] != "0" {
+	if len(open) != 2 || open["1/2026-11-21T13"] != "1000000000000" || open["1/2026-11-21T14"] != "1000000000000" {
 		t.Errorf("open %v", open)
 	}
 	// The default grace is 2s.

@@ -13,14 +13,14 @@ import (
 const (
 	BytesCounters = "bytes" // hour → sum of BYTES
 	LinesCounters = "lines" // hour → well-formed lines (an hour exists iff > 0)
-	OpenTable     = "open"  // "<instance>/<hour>" → close time (unix ns), "0": not closed yet
+	OpenTable     = "open"  // "<instance>/<hour>" → last activity (unix ns, decimal)
 	MetaTable     = "meta"  // "max/<instance>" → latest hour the instance has seen
 
 	OutHours = "hours"
 )
 
-// DefaultGrace is how long an hour stays open after a later hour was first
-// seen, before a tick flushes it.
+// DefaultGrace is how long a closed hour must be quiet before a tick
+// flushes it.
 const DefaultGrace = 2 * time.Second
 
 // BytesPerHour is the weblog_bytes_per_hour flowlet. Each hour record adds
@@ -31,15 +31,17 @@ const DefaultGrace = 2 * time.Second
 //
 // Closed hours are also flushed to the output "hours", one JSON object per
 // hour: {"hour":"2026-11-21T13","bytes":4567,"lines":89}. An hour is closed
-// once this instance has seen a later hour (in UTC) and the grace period
-// (config `grace`, default 2s of wall-clock time) has passed since it first
-// did; the tick (`tick:` in the app YAML) flushes every closed hour that is
-// still open. The grace absorbs lines of an hour that arrive slightly late,
-// for example through the other parser instance. A line that comes after
-// its hour was flushed reopens the hour, and the next flush after another
-// grace writes the hour again with its new totals: in the output, the last
-// object of an hour supersedes the earlier ones. The latest hour is never
-// flushed, since no later hour closes it; the counters always have it.
+// once this instance has seen a later hour (in UTC); a tick (`tick:` in the
+// app YAML) flushes a closed hour once it has been quiet for the grace
+// period (config `grace`, default 2s of wall-clock time): no line of the hour
+// arrived, and no later hour was first seen, for that long. The grace
+// absorbs lines that arrive late or out of order: through the other parser
+// instance, or from a backlog that the queue's partitions deliver in an
+// order that is not the file's. A line that comes after its hour was
+// flushed reopens the hour, and it is flushed again, with its new totals,
+// once quiet again: in the output, the last object of an hour supersedes the
+// earlier ones. The latest hour is never flushed, since no later hour closes
+// it; the counters always have it.
 //
 // Open hours and the latest hour seen are kept per instance (keys start
 // with the instance index), so instances never write the same state keys;
@@ -66,9 +68,6 @@ func (b *BytesPerHour) Init(ic flowlet.InitContext) error {
 		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "grace", Msg: "must not be negative"}
 	}
 	b.grace = g
-	if b.now == nil {
-		b.now = time.Now
-	}
 	return nil
 }
 
@@ -114,7 +113,7 @@ func (b *BytesPerHour) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) er
 	if err != nil {
 		return err
 	}
-	now := strconv.FormatInt(b.clock().UnixNano(), 10)
+	now := []byte(strconv.FormatInt(b.clock().UnixNano(), 10))
 	newest := latest
 	for i := range b.sums {
 		s := &b.sums[i]
@@ -125,21 +124,9 @@ func (b *BytesPerHour) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) er
 		if err := ctx.Counters(LinesCounters).Add(h, s.lines); err != nil {
 			return err
 		}
-		ok := openKey(inst, h)
-		_, isOpen, err := open.Get(ok)
-		if err != nil {
+		// Open (or reopen) the hour; its quiet time starts now.
+		if err := open.Put(openKey(inst, h), now); err != nil {
 			return err
-		}
-		if !isOpen {
-			// New, or reopened by a late line: closed at once if a later
-			// hour was already seen.
-			closeAt := "0"
-			if string(h) < string(latest) {
-				closeAt = now
-			}
-			if err := open.Put(ok, []byte(closeAt)); err != nil {
-				return err
-			}
 		}
 		if string(h) > string(newest) {
 			newest = slices.Clone(h)
@@ -151,12 +138,12 @@ func (b *BytesPerHour) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) er
 	if err := meta.Put(mk, newest); err != nil {
 		return err
 	}
-	// Every open hour before the new latest one starts its grace now.
+	// A later hour closes every open hour before it: their grace starts now.
 	prefix := openKey(inst, nil)
 	var closing [][]byte
 	it := open.Scan(flowlet.ScanOptions{Prefix: prefix})
 	for it.Next() {
-		if string(it.Value()) == "0" && string(it.Key()[len(prefix):]) < string(newest) {
+		if string(it.Key()[len(prefix):]) < string(newest) && string(it.Value()) != string(now) {
 			closing = append(closing, slices.Clone(it.Key()))
 		}
 	}
@@ -168,27 +155,35 @@ func (b *BytesPerHour) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) er
 		return err
 	}
 	for _, k := range closing {
-		if err := open.Put(k, []byte(now)); err != nil {
+		if err := open.Put(k, now); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Tick flushes the hours whose grace has passed.
+// Tick flushes the closed hours that have been quiet for the grace period.
 func (b *BytesPerHour) Tick(ctx flowlet.Context) error {
 	now := b.clock().UnixNano()
+	inst := ctx.Instance()
+	latest, _, err := ctx.State(MetaTable).Get(maxKey(inst))
+	if err != nil {
+		return err
+	}
 	open := ctx.State(OpenTable)
-	prefix := openKey(ctx.Instance(), nil)
+	prefix := openKey(inst, nil)
 	var due [][]byte
 	it := open.Scan(flowlet.ScanOptions{Prefix: prefix})
 	for it.Next() {
+		if string(it.Key()[len(prefix):]) >= string(latest) {
+			continue // the latest hour: not closed
+		}
 		at, err := strconv.ParseInt(string(it.Value()), 10, 64)
 		if err != nil {
 			it.Close()
 			return fmt.Errorf("weblog: bad open-hour entry %q: %v", it.Key(), err)
 		}
-		if at != 0 && now-at >= int64(b.grace) {
+		if now-at >= int64(b.grace) {
 			due = append(due, slices.Clone(it.Key()))
 		}
 	}
