@@ -1,0 +1,319 @@
+package weblog_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The end-to-end test: the weblog app as a child process, killed with
+// SIGKILL at random moments and restarted each time, then drained; its
+// exported results must equal the independent verifier's exactly, and its
+// dead-letter queue must hold exactly the malformed lines.
+//
+//	go test ./examples/weblog -run E2E -v
+//
+// Environment (all optional):
+//
+//	WEBLOG_E2E_LINES   lines of the generated log (default 200000)
+//	WEBLOG_E2E_KILLS   kills while the app runs (default 20)
+//	WEBLOG_E2E_SEED    seed of the log and of the kill times (default: random, logged)
+//	WEBLOG_E2E_KEEP    keep the work directory (logged) instead of removing it
+
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		t.Fatalf("%s=%q: want a non-negative integer", name, v)
+	}
+	return n
+}
+
+func moduleRoot(t testing.TB) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// build builds a command of the module into dir.
+func build(t testing.TB, dir, pkg string) string {
+	t.Helper()
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = moduleRoot(t)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
+type results struct {
+	PageViews    map[string]int64 `json:"page_views"`
+	Visitors     map[string]int64 `json:"visitors"`
+	StatusCounts map[string]int64 `json:"status_counts"`
+	BytesPerHour map[string]int64 `json:"bytes_per_hour"`
+	Malformed    int64            `json:"malformed"`
+}
+
+func TestE2EKillRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test (minutes)")
+	}
+	lines := envInt(t, "WEBLOG_E2E_LINES", 200000)
+	kills := envInt(t, "WEBLOG_E2E_KILLS", 20)
+	seed := uint64(envInt(t, "WEBLOG_E2E_SEED", int(time.Now().UnixNano()%1e9)))
+	t.Logf("lines=%d kills=%d seed=%d (WEBLOG_E2E_LINES, WEBLOG_E2E_KILLS, WEBLOG_E2E_SEED)", lines, kills, seed)
+	rng := rand.New(rand.NewPCG(seed, 0xe2e))
+
+	dir := t.TempDir()
+	if os.Getenv("WEBLOG_E2E_KEEP") != "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "weblog-e2e-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("work directory %s", dir)
+	}
+	bin := filepath.Join(dir, "bin")
+	flowrun := build(t, bin, "./examples/weblog/cmd/weblog") // the flowrun CLI with the weblog types
+	gen := build(t, bin, "./examples/weblog/gen")
+	verify := build(t, bin, "./examples/weblog/verify")
+	export := build(t, bin, "./examples/weblog/export")
+
+	logFile := filepath.Join(dir, "access.log")
+	run(t, gen, "-lines", strconv.Itoa(lines), "-seed", strconv.FormatUint(seed, 10),
+		"-final-newline=false", "-out", logFile)
+
+	app := filepath.Join(moduleRoot(t), "examples", "weblog", "app.yaml")
+	data := filepath.Join(dir, "data")
+	hours := filepath.Join(dir, "hours.jsonl")
+	stderr := filepath.Join(dir, "flowrun.stderr")
+	start := func() (*exec.Cmd, *os.File) {
+		f, err := os.OpenFile(stderr, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(flowrun, "run", "--drain", "--data", data, app)
+		cmd.Env = append(os.Environ(), "WEBLOG_INPUT="+logFile, "WEBLOG_HOURS="+hours)
+		cmd.Stdout, cmd.Stderr = f, f
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, f
+	}
+	tail := func() string {
+		b, _ := os.ReadFile(stderr)
+		if len(b) > 4000 {
+			b = b[len(b)-4000:]
+		}
+		return string(b)
+	}
+
+	// Kill at random moments. The delays grow from a few milliseconds (the
+	// process opening and recovering its store) to about a second, so that
+	// kills land during start-up, recovery and full-speed processing alike.
+	// A run that drains before its kill ends the kill phase early, and the
+	// test fails asking for a longer log.
+	began := time.Now()
+	killed, drained := 0, false
+	for i := 0; i < kills && !drained; i++ {
+		cmd, f := start()
+		maxDelay := 20*time.Millisecond + time.Duration(i+1)*time.Second/time.Duration(kills)
+		delay := time.Duration(rng.Int64N(int64(maxDelay)))
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			f.Close()
+			if err != nil {
+				t.Fatalf("run %d exited on its own: %v\n%s", i, err, tail())
+			}
+			drained = true
+			t.Logf("run %d drained before its kill (after %v)", i, delay)
+		case <-time.After(delay):
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			err := <-done
+			f.Close()
+			var ee *exec.ExitError
+			switch {
+			case errors.As(err, &ee) && !ee.Exited():
+				killed++
+			case err == nil:
+				drained = true
+				t.Logf("run %d drained just before its kill", i)
+			default:
+				t.Fatalf("run %d: %v\n%s", i, err, tail())
+			}
+		}
+	}
+	t.Logf("killed %d times in %v", killed, time.Since(began).Round(time.Millisecond))
+	if killed < kills {
+		t.Errorf("killed only %d of %d times: the app drained first (raise WEBLOG_E2E_LINES)", killed, kills)
+	}
+
+	// Let it drain.
+	drainStart := time.Now()
+	cmd, f := start()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		f.Close()
+		if err != nil {
+			t.Fatalf("final run: %v\n%s", err, tail())
+		}
+	case <-time.After(5 * time.Minute):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		t.Fatalf("final run did not drain in 5 minutes\n%s", tail())
+	}
+	t.Logf("final run drained in %v; total %v", time.Since(drainStart).Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+
+	resFile, dlqFile := filepath.Join(dir, "results.json"), filepath.Join(dir, "dlq.log")
+	run(t, export, "-app", app, "-data", data, "-out", resFile, "-dlq", dlqFile)
+	out, err := exec.Command(verify, "-log", logFile, "-results", resFile, "-limit", "40").CombinedOutput()
+	if err != nil {
+		t.Fatalf("verify: %v\n%s", err, out)
+	}
+	t.Logf("verify: %s", bytes.TrimSpace(out))
+
+	// The dead-letter queue holds exactly the malformed lines: as many as
+	// the verifier counts (checked above through "malformed"), each a line
+	// of the log (as a multiset), and each malformed by the verifier's rules.
+	var res results
+	if b, err := os.ReadFile(resFile); err != nil {
+		t.Fatal(err)
+	} else if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	checkDeadLetters(t, logFile, dlqFile, res.Malformed)
+	var dlqRes results
+	if b, err := exec.Command(verify, "-log", dlqFile, "-print").Output(); err != nil {
+		t.Fatalf("verify -print of the dead letters: %v", err)
+	} else if err := json.Unmarshal(b, &dlqRes); err != nil {
+		t.Fatal(err)
+	}
+	if dlqRes.Malformed != res.Malformed || len(dlqRes.PageViews) != 0 {
+		t.Errorf("dead letters: verifier finds %d malformed and %d paths among them, want %d and 0",
+			dlqRes.Malformed, len(dlqRes.PageViews), res.Malformed)
+	}
+
+	checkHours(t, hours, res.BytesPerHour)
+}
+
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if b, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, b)
+	}
+}
+
+// splitLines splits data by the README's line rules (§1).
+func splitLines(data []byte) []string {
+	var out []string
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			out = append(out, string(data))
+			break
+		}
+		out = append(out, string(data[:i]))
+		data = data[i+1:]
+	}
+	return out
+}
+
+func checkDeadLetters(t *testing.T, logFile, dlqFile string, malformed int64) {
+	t.Helper()
+	logData, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlqData, err := os.ReadFile(dlqFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]int{}
+	for _, l := range splitLines(logData) {
+		have[l]++
+	}
+	dead := splitLines(dlqData)
+	if int64(len(dead)) != malformed {
+		t.Errorf("%d dead letters listed, DLQ size %d", len(dead), malformed)
+	}
+	bad := 0
+	for _, l := range dead {
+		if have[l] == 0 {
+			if bad++; bad <= 5 {
+				t.Errorf("dead letter %.100q is not a line of the log (or is there more often than in the log)", l)
+			}
+			continue
+		}
+		have[l]--
+	}
+}
+
+// checkHours checks the file sink's flushed hours: JSON objects of hours
+// that exist, never more bytes than the final count. (The last flush of an
+// hour can be older than the final count when a late line reopened it and
+// the app drained within the grace period.)
+func checkHours(t *testing.T, file string, final map[string]int64) {
+	t.Helper()
+	f, err := os.Open(file)
+	if errors.Is(err, os.ErrNotExist) {
+		t.Logf("no hours file: no hour was closed")
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	last := map[string]int64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var h struct {
+			Hour  string `json:"hour"`
+			Bytes int64  `json:"bytes"`
+			Lines int64  `json:"lines"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &h); err != nil {
+			t.Errorf("hours file: %q: %v", sc.Text(), err)
+			continue
+		}
+		want, ok := final[h.Hour]
+		if !ok || h.Bytes > want || h.Lines <= 0 {
+			t.Errorf("hours file: %s: %d bytes in %d lines; final %d (exists %v)", h.Hour, h.Bytes, h.Lines, want, ok)
+		}
+		last[h.Hour] = h.Bytes
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	exact := 0
+	for h, n := range last {
+		if final[h] == n {
+			exact++
+		}
+	}
+	t.Logf("hours file: %d of %d hours flushed, %d with their final count", len(last), len(final), exact)
+	if len(final) > 1 && len(last) == 0 {
+		t.Error(fmt.Sprintf("hours file: no hour flushed of %d", len(final)))
+	}
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/flowrun/flowrun/examples/weblog/flowlets"
+	"github.com/flowrun/flowrun/planner"
+)
+
+// fakeStore holds counters and tables per "flowlet/table".
+type fakeStore struct {
+	counters map[string]map[string]int64
+	tables   map[string]map[string]string
+	dlq      map[string]int64
+	dup      bool // list the first counter twice
+}
+
+func (f *fakeStore) ScanCounters(fl, table string, fn func([]byte, int64) error) error {
+	for k, v := range f.counters[fl+"/"+table] {
+		if err := fn([]byte(k), v); err != nil {
+			return err
+		}
+		if f.dup {
+			if err := fn([]byte(k), v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (f *fakeStore) ScanTable(fl, table string, fn func([]byte, []byte) error) error {
+	for k, v := range f.tables[fl+"/"+table] {
+		if err := fn([]byte(k), []byte(v)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeStore) DLQLen(fl string) (int64, error) {
+	n, ok := f.dlq[fl]
+	if !ok {
+		return 0, errors.New("no such flowlet")
+	}
+	return n, nil
+}
+
+func (f *fakeStore) DeadLetters(fl string, fn func([]byte) error) error {
+	for i := int64(0); i < f.dlq[fl]; i++ {
+		if err := fn([]byte(fmt.Sprintf("%s bad %d\r", fl, i))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func testPlan(t *testing.T, extra string) *planner.Plan {
+	t.Helper()
+	src := `app: w
+flowlets:
+  src: {type: file_source}
+  p1: {type: weblog_parser}
+  p2: {type: weblog_parser}
+  pv: {type: weblog_page_views}
+  uv: {type: weblog_unique_visitors}
+  sc: {type: weblog_status_counts}
+  bh: {type: weblog_bytes_per_hour}
+` + extra
+	plan, err := planner.Parse("t.yaml", []byte(src), planner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+func TestExport(t *testing.T) {
+	roles, err := FindRoles(testPlan(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	longPath := "/" + strings.Repeat("x", 5000)
+	lk, _ := flowlets.CounterKey([]byte(longPath))
+	s := &fakeStore{
+		counters: map[string]map[string]int64{
+			"pv/views":  {"/a": 3, string(lk): 2},
+			"uv/hits":   {"1.2.3.4": 5},
+			"sc/counts": {"200": 4, "404": 1},
+			"bh/lines":  {"2026-11-21T13": 3, "2026-11-21T14": 2},
+			"bh/bytes":  {"2026-11-21T13": 10},
+		},
+		tables: map[string]map[string]string{"pv/long_keys": {string(lk): longPath}},
+		dlq:    map[string]int64{"p1": 2, "p2": 3},
+	}
+	res, err := Export(roles, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.PageViews) != 2 || res.PageViews["/a"] != 3 || res.PageViews[longPath] != 2 {
+		t.Errorf("page views %v", res.PageViews)
+	}
+	if len(res.BytesPerHour) != 2 || res.BytesPerHour["2026-11-21T13"] != 10 || res.BytesPerHour["2026-11-21T14"] != 0 {
+		t.Errorf("bytes per hour %v", res.BytesPerHour)
+	}
+	if res.Malformed != 5 || res.Visitors["1.2.3.4"] != 5 || res.StatusCounts["404"] != 1 {
+		t.Errorf("%+v", res)
+	}
+
+	var b bytes.Buffer
+	if n, err := WriteDeadLetters(roles, s, &b); err != nil || n != 5 || b.String() != "p1 bad 0\r\np1 bad 1\r\np2 bad 0\r\np2 bad 1\r\np2 bad 2\r\n" {
+		t.Errorf("dead letters %d %v %q", n, err, b.String())
+	}
+
+	// Broken states are reported, not exported.
+	s.tables = nil
+	if _, err := Export(roles, s); err == nil || !strings.Contains(err.Error(), "long key") {
+		t.Errorf("missing long key value: %v", err)
+	}
+	s.tables = map[string]map[string]string{"pv/long_keys": {string(lk): "/other"}}
+	if _, err := Export(roles, s); err == nil {
+		t.Error("long key value that does not hash to its key accepted")
+	}
+	s.tables = map[string]map[string]string{"pv/long_keys": {string(lk): longPath}}
+	s.counters["bh/bytes"]["2026-11-21T15"] = 7
+	if _, err := Export(roles, s); err == nil {
+		t.Error("bytes without lines accepted")
+	}
+	delete(s.counters["bh/bytes"], "2026-11-21T15")
+	s.dup = true
+	if _, err := Export(roles, s); err == nil {
+		t.Error("duplicate counter key accepted")
+	}
+	s.dup = false
+	delete(s.dlq, "p2")
+	if _, err := Export(roles, s); err == nil {
+		t.Error("DLQ error ignored")
+	}
+}
+
+func TestFindRoles(t *testing.T) {
+	r, err := FindRoles(testPlan(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(r.Parsers, ",") != "p1,p2" || r.PageViews != "pv" || r.Visitors != "uv" || r.StatusCounts != "sc" || r.BytesPerHour != "bh" {
+		t.Errorf("%+v", r)
+	}
+	_, err = FindRoles(testPlan(t, "  pv2: {type: weblog_page_views}\n"))
+	if err == nil || !strings.Contains(err.Error(), "2 flowlets of type weblog_page_views (pv, pv2)") {
+		t.Errorf("two page view flowlets: %v", err)
+	}
+	plan, err := planner.Parse("t.yaml", []byte("app: w\nflowlets:\n  p: {type: weblog_parser}\n"), planner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FindRoles(plan); err == nil || !strings.Contains(err.Error(), "no flowlet of type weblog_bytes_per_hour") {
+		t.Errorf("missing roles: %v", err)
+	}
+}
