@@ -1,0 +1,272 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	goplugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/flowrun/flowrun/flowlet"
+	pb "github.com/flowrun/flowrun/proto/flowletpb"
+)
+
+// server implements the Flowlet service for one flowlet instance.
+type server struct {
+	pb.UnimplementedFlowletServer
+	broker     *goplugin.GRPCBroker
+	newFlowlet func() flowlet.Flowlet
+	info       flowlet.TypeInfo
+	stderr     *os.File
+
+	mu     sync.Mutex // one call at a time
+	f      flowlet.Flowlet
+	conn   *grpc.ClientConn
+	host   pb.HostClient
+	name   string
+	inst   int
+	insts  int
+	logger *slog.Logger
+	sc     stepCtx
+	dlc    dlCtx
+	evs    []flowlet.Event
+}
+
+func newServer(broker *goplugin.GRPCBroker, nf func() flowlet.Flowlet, info flowlet.TypeInfo, stderr *os.File) *server {
+	s := &server{broker: broker, newFlowlet: nf, info: info, stderr: stderr}
+	s.sc.s = s
+	s.dlc.stepCtx = &s.sc
+	return s
+}
+
+func (s *server) Describe(context.Context, *pb.DescribeRequest) (*pb.TypeInfo, error) {
+	return Describe(s.newFlowlet(), s.info), nil
+}
+
+func (s *server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f != nil {
+		return nil, status.Error(codes.FailedPrecondition, "flowrun plugin: Init called twice")
+	}
+	cfg, err := DecodeConfig(req.ConfigJson)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "flowrun plugin: config: %v", err)
+	}
+	if req.HostBrokerId != 0 {
+		conn, err := s.broker.Dial(req.HostBrokerId)
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "flowrun plugin: dial the host: %v", err)
+		}
+		s.conn, s.host = conn, pb.NewHostClient(conn)
+	}
+	s.name, s.inst, s.insts = req.Name, int(req.Instance), int(req.Instances)
+	s.logger = slog.New(slog.NewJSONHandler(s.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	f := s.newFlowlet()
+	info := Describe(f, s.info)
+	if in, ok := f.(flowlet.Initializer); ok {
+		ic := flowlet.InitContext{Name: s.name, Instance: s.inst, Instances: s.insts,
+			Config: flowlet.NewConfig(s.name, cfg), Logger: s.logger}
+		if err := safeCall(func() error { return in.Init(ic) }); err != nil {
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+	}
+	s.f = f
+	return &pb.InitResponse{Info: info}, nil
+}
+
+func (s *server) ProcessBatch(ctx context.Context, req *pb.BatchRequest) (*pb.StepResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return nil, status.Error(codes.FailedPrecondition, "flowrun plugin: ProcessBatch before Init")
+	}
+	s.evs = s.evs[:0]
+	for _, e := range req.Events {
+		ev := flowlet.Event{ID: e.Id, Input: e.Input, Payload: e.Payload, TraceID: e.TraceId}
+		if e.EventTime != 0 {
+			ev.EventTime = time.Unix(0, e.EventTime)
+		}
+		if len(e.Keys) > 0 {
+			ev.Keys = make([]flowlet.KeyValue, len(e.Keys))
+			for i, kv := range e.Keys {
+				ev.Keys[i] = flowlet.KeyValue{Name: kv.Name, Value: kv.Value}
+			}
+		}
+		s.evs = append(s.evs, ev)
+	}
+	c := s.begin(ctx, req.Step)
+	var err error
+	switch f := s.f.(type) {
+	case flowlet.BatchProcessor:
+		err = safeCall(func() error { return f.ProcessBatch(c, s.evs) })
+	case flowlet.Processor:
+		for i := range s.evs {
+			if err = safeCall(func() error { return f.Process(c, s.evs[i]) }); err != nil {
+				err = &indexed{err, i}
+				break
+			}
+		}
+	default:
+		return nil, status.Error(codes.Unimplemented, "flowrun plugin: the flowlet implements neither Process nor ProcessBatch")
+	}
+	clear(s.evs) // drop references to the request
+	return s.sc.response(err), nil
+}
+
+func (s *server) Generate(ctx context.Context, req *pb.StepRequest) (*pb.StepResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, ok := s.f.(flowlet.Source)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "flowrun plugin: the flowlet does not implement Generate (or Init was not called)")
+	}
+	c := s.begin(ctx, req)
+	return s.sc.response(safeCall(func() error { return g.Generate(c) })), nil
+}
+
+func (s *server) Tick(ctx context.Context, req *pb.StepRequest) (*pb.StepResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.f.(flowlet.Ticker)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "flowrun plugin: the flowlet does not implement Tick (or Init was not called)")
+	}
+	c := s.begin(ctx, req)
+	return s.sc.response(safeCall(func() error { return t.Tick(c) })), nil
+}
+
+func (s *server) Close(context.Context, *pb.CloseRequest) (*pb.CloseResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var resp pb.CloseResponse
+	if c, ok := s.f.(flowlet.Closer); ok {
+		if err := safeCall(c.Close); err != nil {
+			resp.Error = err.Error()
+		}
+	}
+	s.f = nil
+	if s.conn != nil {
+		s.conn.Close()
+		s.conn, s.host = nil, nil
+	}
+	return &resp, nil
+}
+
+// begin resets the step context for a call; the Context handed to the
+// flowlet has DeadLetter only when the host's has.
+func (s *server) begin(ctx context.Context, req *pb.StepRequest) flowlet.Context {
+	s.sc.reset(ctx, req.GetCallId())
+	if req.GetDeadLetter() {
+		return &s.dlc
+	}
+	return &s.sc
+}
+
+// indexed is an error of the event at index i of a batch run with Process.
+type indexed struct {
+	err error
+	i   int
+}
+
+func (e *indexed) Error() string { return e.err.Error() }
+func (e *indexed) Unwrap() error { return e.err }
+
+// panicError is a recovered panic.
+type panicError struct {
+	value any
+	stack string
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
+
+func safeCall(fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &panicError{value: r, stack: string(debug.Stack())}
+		}
+	}()
+	return fn()
+}
+
+// wireError converts a flowlet's error to its wire form.
+func wireError(err error) *pb.Error {
+	if err == nil {
+		return nil
+	}
+	e := &pb.Error{Kind: pb.Error_FAILED, Message: err.Error()}
+	var pe *panicError
+	switch {
+	case errors.Is(err, flowlet.ErrIdle):
+		e.Kind = pb.Error_IDLE
+	case errors.Is(err, flowlet.ErrEndOfInput):
+		e.Kind = pb.Error_END_OF_INPUT
+	case errors.As(err, &pe):
+		e.Kind, e.Stack = pb.Error_PANIC, pe.stack
+	}
+	var perm interface{ Permanent() bool }
+	if errors.As(err, &perm) {
+		e.Permanent = perm.Permanent()
+	}
+	var ix *indexed
+	if errors.As(err, &ix) {
+		e.Events = []int32{int32(ix.i)}
+	}
+	var evs interface{ EventIndexes() []int }
+	if errors.As(err, &evs) {
+		for _, i := range evs.EventIndexes() {
+			e.Events = append(e.Events, int32(i))
+		}
+	}
+	return e
+}
+
+// DecodeConfig decodes a flowlet config sent as a JSON object into the Go
+// values package flowlet's Config expects: whole numbers become int (or
+// float64 beyond int's range), other numbers float64.
+func DecodeConfig(js string) (map[string]any, error) {
+	if strings.TrimSpace(js) == "" {
+		return map[string]any{}, nil
+	}
+	d := json.NewDecoder(bytes.NewReader([]byte(js)))
+	d.UseNumber()
+	var m map[string]any
+	if err := d.Decode(&m); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		m = map[string]any{}
+	}
+	return fixNumbers(m).(map[string]any), nil
+}
+
+func fixNumbers(v any) any {
+	switch v := v.(type) {
+	case json.Number:
+		if i, err := v.Int64(); err == nil && !strings.ContainsAny(string(v), ".eE") {
+			return int(i)
+		}
+		f, _ := v.Float64()
+		return f
+	case map[string]any:
+		for k, e := range v {
+			v[k] = fixNumbers(e)
+		}
+	case []any:
+		for i, e := range v {
+			v[i] = fixNumbers(e)
+		}
+	}
+	return v
+}

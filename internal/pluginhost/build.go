@@ -1,0 +1,203 @@
+package pluginhost
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// BuildError is a plugin package directory that did not build. Output is the
+// go command's message (the compiler's errors).
+type BuildError struct {
+	Flowlet string
+	Dir     string
+	Output  string
+	Err     error
+}
+
+func (e *BuildError) Error() string {
+	out := strings.TrimSpace(e.Output)
+	if out == "" {
+		out = e.Err.Error()
+	}
+	return fmt.Sprintf("flowlet %q: building plugin %s failed:\n%s", e.Flowlet, e.Dir, out)
+}
+
+func (e *BuildError) Unwrap() error { return e.Err }
+
+// Resolve returns the plugin path of a flowlet as the runtime must use it: a
+// relative path is relative to the directory of the app file (appDir).
+func Resolve(path, appDir string) string {
+	if filepath.IsAbs(path) {
+		return filepath.Clean(path)
+	}
+	return filepath.Join(appDir, path)
+}
+
+// Build builds the Go main package in dir into the cache and returns the
+// binary's path. The cache is keyed by a hash of everything the binary is
+// made of: the files of every package it imports from outside the module
+// cache (the plugin's own, and the rest of its module's), the versions of
+// the modules it imports from the module cache, go.mod and go.sum, the Go
+// version, GOOS, GOARCH, CGO_ENABLED, GOFLAGS and flags. A hit costs a `go
+// list` and a `go env`; a miss runs `go build`.
+func Build(ctx context.Context, flowletName, dir string, opts Options) (string, error) {
+	opts.defaults()
+	berr := func(out string, err error) error {
+		return &BuildError{Flowlet: flowletName, Dir: dir, Output: out, Err: err}
+	}
+	goBin, err := exec.LookPath(opts.GoCommand)
+	if err != nil {
+		return "", berr("", fmt.Errorf("the go command is needed to build a plugin given as a package directory (or give the path of a built binary): %w", err))
+	}
+	key, out, err := sourceKey(ctx, goBin, dir, opts.BuildFlags)
+	if err != nil {
+		return "", berr(out, err)
+	}
+	name := filepath.Base(dir)
+	if name == "." || name == string(filepath.Separator) {
+		name = "plugin"
+	}
+	binDir := filepath.Join(opts.CacheDir, key[:32])
+	bin := filepath.Join(binDir, name)
+	if st, err := os.Stat(bin); err == nil && st.Mode().IsRegular() {
+		return bin, nil
+	}
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return "", berr("", err)
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(binDir, "."+name+".tmp-"+hex.EncodeToString(rnd[:]))
+	args := append([]string{"build", "-o", tmp}, opts.BuildFlags...)
+	args = append(args, ".")
+	cmd := exec.CommandContext(ctx, goBin, args...)
+	cmd.Dir = dir
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Run(); err != nil {
+		os.Remove(tmp)
+		return "", berr(buf.String(), err)
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		os.Remove(tmp)
+		return "", berr("", err)
+	}
+	return bin, nil
+}
+
+type listedPackage struct {
+	ImportPath string
+	Dir        string
+	Standard   bool
+	Module     *struct {
+		Path, Version, GoMod string
+		Main                 bool
+		Replace              *struct{ Path, Version string }
+	}
+	GoFiles, CgoFiles, CFiles, CXXFiles, HFiles, SFiles, SysoFiles, EmbedFiles []string
+	Error                                                                      *struct{ Err string }
+}
+
+// sourceKey hashes what the binary built from dir is made of.
+func sourceKey(ctx context.Context, goBin, dir string, flags []string) (key, out string, err error) {
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		if err == nil {
+			err = errors.New("not a directory")
+		}
+		return "", "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "flowrun plugin build v1\nflags %q\n", flags)
+	envOut, err := runGo(ctx, goBin, dir, "env", "GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED", "GOFLAGS", "GOEXPERIMENT", "GOMOD")
+	if err != nil {
+		return "", envOut, err
+	}
+	fmt.Fprintf(h, "env %s\n", envOut)
+	lines := strings.Split(strings.TrimSpace(envOut), "\n")
+	if gomod := strings.TrimSpace(lines[len(lines)-1]); gomod != "" && gomod != os.DevNull {
+		for _, f := range []string{gomod, strings.TrimSuffix(gomod, ".mod") + ".sum"} {
+			if err := hashFile(h, f); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return "", "", err
+			}
+		}
+	}
+	listOut, err := runGo(ctx, goBin, dir, "list", "-e", "-deps",
+		"-json=ImportPath,Dir,Standard,Module,GoFiles,CgoFiles,CFiles,CXXFiles,HFiles,SFiles,SysoFiles,EmbedFiles,Error", ".")
+	if err != nil {
+		return "", listOut, err
+	}
+	dec := json.NewDecoder(strings.NewReader(listOut))
+	for {
+		var p listedPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			return "", "", fmt.Errorf("go list: %w", err)
+		}
+		if p.Standard {
+			continue
+		}
+		fmt.Fprintf(h, "pkg %s\n", p.ImportPath)
+		if p.Error != nil {
+			fmt.Fprintf(h, "error %s\n", p.Error.Err)
+		}
+		if m := p.Module; m != nil && !m.Main && m.Version != "" && (m.Replace == nil || m.Replace.Version != "") {
+			fmt.Fprintf(h, "module %s@%s", m.Path, m.Version)
+			if m.Replace != nil {
+				fmt.Fprintf(h, " => %s@%s", m.Replace.Path, m.Replace.Version)
+			}
+			h.Write([]byte{'\n'})
+			continue
+		}
+		var files []string
+		for _, l := range [][]string{p.GoFiles, p.CgoFiles, p.CFiles, p.CXXFiles, p.HFiles, p.SFiles, p.SysoFiles, p.EmbedFiles} {
+			files = append(files, l...)
+		}
+		sort.Strings(files)
+		for _, f := range files {
+			fmt.Fprintf(h, "file %s\n", f)
+			if err := hashFile(h, filepath.Join(p.Dir, f)); err != nil {
+				return "", "", err
+			}
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), "", nil
+}
+
+func hashFile(h io.Writer, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(h, "%d\n", st.Size())
+	_, err = io.Copy(h, f)
+	return err
+}
+
+func runGo(ctx context.Context, goBin, dir string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, goBin, args...)
+	cmd.Dir = dir
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return errb.String() + out.String(), fmt.Errorf("go %s: %w", args[0], err)
+	}
+	return out.String(), nil
+}

@@ -1,0 +1,309 @@
+// Package pluginhost runs plugin flowlets (specs/plugins.md): flowlets in
+// processes of their own, written with package flowlet/plugin in Go or
+// against proto/flowlet.proto in any language, and started over
+// hashicorp/go-plugin's gRPC protocol with a versioned handshake and
+// automatic mutual TLS.
+//
+// Open turns a flowlet's `plugin:` field (a Go package directory, built on
+// demand into a content-keyed cache, or a binary) into a flowlet.Type whose
+// values the runtime uses exactly like a built-in flowlet's: each value is
+// one instance, backed by one plugin process, and implements
+// flowlet.BatchProcessor (one RPC per step), flowlet.Initializer and
+// flowlet.Closer, plus flowlet.Ticker and flowlet.Source when the plugin
+// does. Emits, writes and dead letters a step returns are applied through
+// the step's flowlet.Context; state reads from the plugin call back to that
+// Context, so they see the step's transaction.
+//
+// A plugin that crashes, exits or exceeds the per-call deadline makes the
+// call fail with a *CallError (the runtime aborts the step and the events
+// come again); the process is killed and a new one is started, with
+// backoff, at the next call.
+package pluginhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/flowrun/flowrun/flowlet"
+	pb "github.com/flowrun/flowrun/proto/flowletpb"
+)
+
+// Options configure how plugins are built and run. The zero value is usable.
+type Options struct {
+	// Logger receives the plugins' stderr (tagged with flowlet and
+	// instance) and restarts. Default: discard.
+	Logger *slog.Logger
+	// CacheDir holds built plugins. Default: flowrun/plugins in the user's
+	// cache directory (os.UserCacheDir), else in the temporary directory.
+	CacheDir string
+	// GoCommand builds package directories. Default: "go" (in PATH).
+	GoCommand string
+	// BuildFlags are passed to go build (before the package).
+	BuildFlags []string
+	// CallTimeout bounds every call into the plugin (Init, a step, Close).
+	// A plugin that exceeds it is killed and the call fails. Default: 30s.
+	CallTimeout time.Duration
+	// StartTimeout bounds the handshake of a starting plugin. Default: 30s.
+	StartTimeout time.Duration
+	// RestartBackoff is the wait before restarting a failed plugin,
+	// doubled for each further failure in a row up to MaxRestartBackoff.
+	// Defaults: 10ms and 2s.
+	RestartBackoff, MaxRestartBackoff time.Duration
+	// Env is added to the plugin processes' environment (which is the
+	// host's otherwise).
+	Env []string
+}
+
+func (o *Options) defaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.CacheDir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			base = os.TempDir()
+		}
+		o.CacheDir = filepath.Join(base, "flowrun", "plugins")
+	}
+	if o.GoCommand == "" {
+		o.GoCommand = "go"
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = 30 * time.Second
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 30 * time.Second
+	}
+	if o.RestartBackoff <= 0 {
+		o.RestartBackoff = 10 * time.Millisecond
+	}
+	if o.MaxRestartBackoff < o.RestartBackoff {
+		o.MaxRestartBackoff = max(2*time.Second, o.RestartBackoff)
+	}
+}
+
+// Plugin is one flowlet's plugin: a binary and what its type declares.
+type Plugin struct {
+	flowlet string
+	path    string // as written
+	bin     string
+	opts    Options
+	info    *pb.TypeInfo
+
+	mu    sync.Mutex
+	spare *proc // the process Open described the type with, for the first instance
+	live  map[*inst]struct{}
+}
+
+// Open prepares the plugin of the flowlet named flowletName: path is the
+// flowlet's `plugin:` field and appDir the directory of the app file
+// (relative paths are relative to it). A directory is built as a Go main
+// package (Build); anything else must be an executable. Open starts the
+// plugin once to learn its type (Describe) and keeps that process for the
+// first instance. Errors are a *BuildError, a *HandshakeError or a
+// *StartError, each naming the flowlet.
+func Open(ctx context.Context, flowletName, path, appDir string, opts Options) (*Plugin, error) {
+	opts.defaults()
+	p := &Plugin{flowlet: flowletName, path: path, opts: opts, live: map[*inst]struct{}{}}
+	full := Resolve(path, appDir)
+	st, err := os.Stat(full)
+	if err != nil {
+		return nil, &StartError{Flowlet: flowletName, Path: path, Err: err}
+	}
+	if st.IsDir() {
+		if p.bin, err = Build(ctx, flowletName, full, opts); err != nil {
+			return nil, err
+		}
+	} else {
+		if st.Mode()&0o111 == 0 {
+			return nil, &StartError{Flowlet: flowletName, Path: path, Err: errors.New("not executable (a plugin is a Go package directory or an executable)")}
+		}
+		p.bin = full
+	}
+	pr, err := p.start(0)
+	if err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, opts.CallTimeout)
+	defer cancel()
+	info, err := pr.client.Describe(dctx, &pb.DescribeRequest{})
+	if err != nil {
+		pr.kill()
+		return nil, &StartError{Flowlet: flowletName, Path: path, Err: fmt.Errorf("describe: %w%s", err, pr.tail())}
+	}
+	if !info.Process && !info.Generate && !info.Tick {
+		pr.kill()
+		return nil, &StartError{Flowlet: flowletName, Path: path, Err: errors.New("the plugin's flowlet implements none of Process, ProcessBatch, Generate and Tick")}
+	}
+	p.info, p.spare = info, pr
+	return p, nil
+}
+
+// Binary is the plugin's executable (in the build cache for a package
+// directory).
+func (p *Plugin) Binary() string { return p.bin }
+
+// Info is what the plugin's flowlet type declares.
+func (p *Plugin) Info() flowlet.TypeInfo {
+	return flowlet.TypeInfo{Outputs: append([]string(nil), p.info.Outputs...), Source: p.info.Source, Sink: p.info.Sink, Doc: p.info.Doc}
+}
+
+// Type is the plugin as a flowlet type: Name is "plugin " and the path as
+// written, New makes one instance (started lazily, at Init or its first
+// call).
+func (p *Plugin) Type() flowlet.Type {
+	return flowlet.Type{Name: "plugin " + p.path, New: p.New, Info: p.Info()}
+}
+
+// New returns a new instance. Its dynamic type implements
+// flowlet.Initializer and flowlet.Closer, flowlet.BatchProcessor unless the
+// plugin is a source, and flowlet.Source and flowlet.Ticker when the
+// plugin's flowlet does.
+func (p *Plugin) New() flowlet.Flowlet {
+	in := &inst{p: p, name: p.flowlet, instances: 1}
+	p.mu.Lock()
+	p.live[in] = struct{}{}
+	p.mu.Unlock()
+	switch i := p.info; {
+	case i.Generate && i.Tick:
+		return srcTickF{in}
+	case i.Generate:
+		return srcF{in}
+	case i.Process && i.Tick:
+		return batchTickF{in}
+	case i.Process:
+		return batchF{in}
+	default:
+		return tickF{in}
+	}
+}
+
+// Close kills every process the plugin still has (instances that were not
+// closed, the spare).
+func (p *Plugin) Close() error {
+	p.mu.Lock()
+	spare := p.spare
+	p.spare = nil
+	var live []*inst
+	for in := range p.live {
+		live = append(live, in)
+	}
+	p.mu.Unlock()
+	if spare != nil {
+		spare.kill()
+	}
+	for _, in := range live {
+		in.kill()
+	}
+	return nil
+}
+
+func (p *Plugin) takeSpare() *proc {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.spare
+	p.spare = nil
+	if s != nil && s.exited() {
+		go s.kill()
+		return nil
+	}
+	return s
+}
+
+func (p *Plugin) forget(in *inst) {
+	p.mu.Lock()
+	delete(p.live, in)
+	p.mu.Unlock()
+}
+
+// StartError is a plugin that could not be started or described.
+type StartError struct {
+	Flowlet, Path string
+	Err           error
+}
+
+func (e *StartError) Error() string {
+	return fmt.Sprintf("flowlet %q: plugin %s: %v", e.Flowlet, e.Path, e.Err)
+}
+
+func (e *StartError) Unwrap() error { return e.Err }
+
+// HandshakeError is a plugin whose handshake failed: a protocol version the
+// host does not speak, a missing magic cookie (not a flowrun plugin, or run
+// without the host's environment), or no handshake line at all.
+type HandshakeError struct {
+	Flowlet, Path string
+	// Cause says what went wrong, with the plugin's stderr when it said
+	// anything.
+	Cause string
+	Err   error
+}
+
+func (e *HandshakeError) Error() string {
+	return fmt.Sprintf("flowlet %q: plugin %s: handshake failed: %s", e.Flowlet, e.Path, e.Cause)
+}
+
+func (e *HandshakeError) Unwrap() error { return e.Err }
+
+// CallError is a call the plugin process did not answer: it crashed,
+// exited, broke the connection or exceeded the deadline. The process has
+// been killed; the next call starts a new one.
+type CallError struct {
+	Flowlet  string
+	Instance int
+	Op       string // "Init", "ProcessBatch", "Generate", "Tick", "Close"
+	// Timeout is set when the call exceeded Options.CallTimeout.
+	Timeout bool
+	Err     error
+	// Stderr is the end of what the process wrote to stderr (a panic's
+	// stack, say).
+	Stderr string
+}
+
+func (e *CallError) Error() string {
+	s := fmt.Sprintf("flowlet %q instance %d: plugin %s failed: %v", e.Flowlet, e.Instance, e.Op, e.Err)
+	if e.Stderr != "" {
+		s += "\nplugin stderr (last lines):\n" + e.Stderr
+	}
+	return s
+}
+
+func (e *CallError) Unwrap() error { return e.Err }
+
+// StepError is an error the plugin's flowlet returned from a step (or a
+// panic the SDK recovered). Its message is the flowlet's.
+type StepError struct {
+	Flowlet  string
+	Instance int
+	Op       string
+	Message  string
+	Panic    bool
+	Stack    string
+	// Events are the indexes in the batch of the events the error is
+	// about, when the plugin said.
+	Events []int
+	perm   bool
+}
+
+func (e *StepError) Error() string { return e.Message }
+
+// Permanent reports whether the plugin said retrying cannot help.
+func (e *StepError) Permanent() bool { return e.perm }
+
+// InitError is a plugin's Init that returned an error.
+type InitError struct {
+	Flowlet  string
+	Instance int
+	Message  string
+}
+
+func (e *InitError) Error() string {
+	return fmt.Sprintf("flowlet %q instance %d: plugin init: %s", e.Flowlet, e.Instance, e.Message)
+}

@@ -1,0 +1,533 @@
+package pluginhost
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/flowlet/plugin"
+	pb "github.com/flowrun/flowrun/proto/flowletpb"
+)
+
+// inst is one flowlet instance backed by one plugin process. The flowlet
+// values New returns wrap it, with the method set the plugin implements.
+type inst struct {
+	p *Plugin
+
+	mu         sync.Mutex // one call at a time
+	name       string
+	idx        int
+	instances  int
+	configJSON string
+	inited     bool
+	closed     bool
+	fails      int // calls failed in a row (process restarts pending)
+	lastFail   time.Time
+	callID     uint64
+
+	pmu sync.Mutex // guards pr, so kill does not wait for a hung call
+	pr  *proc
+
+	cb struct {
+		mu  sync.Mutex
+		ctx flowlet.Context
+		id  uint64
+		err error // first failed write applied in a callback
+	}
+
+	evs  []pb.Event
+	evp  []*pb.Event
+	opts []flowlet.EmitOption
+}
+
+type (
+	batchF     struct{ *inst }
+	batchTickF struct{ *inst }
+	srcF       struct{ *inst }
+	srcTickF   struct{ *inst }
+	tickF      struct{ *inst }
+)
+
+var (
+	_ flowlet.BatchProcessor = batchF{}
+	_ flowlet.Initializer    = batchF{}
+	_ flowlet.Closer         = batchF{}
+	_ flowlet.Ticker         = batchTickF{}
+	_ flowlet.Source         = srcF{}
+	_ flowlet.Ticker         = srcTickF{}
+	_ flowlet.Ticker         = tickF{}
+)
+
+func (f batchF) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) error {
+	return f.processBatch(ctx, evs)
+}
+func (f batchTickF) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) error {
+	return f.processBatch(ctx, evs)
+}
+func (f batchTickF) Tick(ctx flowlet.Context) error { return f.tick(ctx) }
+func (f srcF) Generate(ctx flowlet.Context) error   { return f.generate(ctx) }
+func (f srcTickF) Generate(ctx flowlet.Context) error {
+	return f.generate(ctx)
+}
+func (f srcTickF) Tick(ctx flowlet.Context) error { return f.tick(ctx) }
+func (f tickF) Tick(ctx flowlet.Context) error    { return f.tick(ctx) }
+
+// Init implements flowlet.Initializer: it starts the process and runs the
+// plugin's Init with ic's config. The config is kept for restarts.
+func (in *inst) Init(ic flowlet.InitContext) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	m := ic.Config.Map()
+	if m == nil {
+		m = map[string]any{}
+	}
+	js, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("flowlet %q: plugin config cannot be sent as JSON: %w", ic.Name, err)
+	}
+	in.name, in.idx, in.instances, in.configJSON, in.inited = ic.Name, ic.Instance, max(ic.Instances, 1), string(js), true
+	ctx, cancel := context.WithTimeout(context.Background(), in.p.opts.CallTimeout+in.p.opts.StartTimeout)
+	defer cancel()
+	_, err = in.ensure(ctx)
+	return err
+}
+
+// Close implements flowlet.Closer: the plugin's Close, then the process
+// exits.
+func (in *inst) Close() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.closed = true
+	defer in.p.forget(in)
+	pr := in.setProc(nil)
+	if pr == nil {
+		return nil
+	}
+	if pr.exited() {
+		pr.kill()
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), in.p.opts.CallTimeout)
+	defer cancel()
+	r, err := pr.client.Close(ctx, &pb.CloseRequest{})
+	if err != nil {
+		pr.kill()
+		return &CallError{Flowlet: in.name, Instance: in.idx, Op: "Close", Err: err, Timeout: ctx.Err() != nil}
+	}
+	pr.stop()
+	if r.Error != "" {
+		return fmt.Errorf("flowlet %q instance %d: plugin close: %s", in.name, in.idx, r.Error)
+	}
+	return nil
+}
+
+// PID is the process id of the instance's plugin process, 0 when none is
+// running (for tests and diagnostics).
+func (in *inst) PID() int {
+	in.pmu.Lock()
+	defer in.pmu.Unlock()
+	if in.pr == nil {
+		return 0
+	}
+	return in.pr.pid
+}
+
+func (in *inst) setProc(pr *proc) *proc {
+	in.pmu.Lock()
+	defer in.pmu.Unlock()
+	old := in.pr
+	in.pr = pr
+	return old
+}
+
+func (in *inst) kill() {
+	if pr := in.setProc(nil); pr != nil {
+		pr.kill()
+	}
+}
+
+func (in *inst) backoff() time.Duration {
+	o := in.p.opts
+	d := o.RestartBackoff
+	for i := 1; i < in.fails && d < o.MaxRestartBackoff; i++ {
+		d *= 2
+	}
+	return min(d, o.MaxRestartBackoff)
+}
+
+// ensure returns a running, initialized process, starting one (after the
+// restart backoff, when the last one failed) if needed. Called with mu held.
+func (in *inst) ensure(ctx context.Context) (*proc, error) {
+	if in.closed {
+		return nil, fmt.Errorf("flowlet %q instance %d: plugin used after Close", in.name, in.idx)
+	}
+	in.pmu.Lock()
+	pr := in.pr
+	in.pmu.Unlock()
+	if pr != nil && !pr.exited() {
+		return pr, nil
+	}
+	if pr != nil { // died between calls
+		in.setProc(nil)
+		pr.kill()
+		in.fails++
+		in.lastFail = time.Now()
+		in.p.opts.Logger.Warn("plugin process exited between calls", "flowlet", in.name, "instance", in.idx)
+	}
+	if !in.inited { // used without Init (a test, say): instance 0 of 1, no config
+		in.name, in.instances, in.configJSON, in.inited = in.p.flowlet, 1, "{}", true
+	}
+	if in.fails > 0 {
+		if wait := in.backoff() - time.Since(in.lastFail); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			}
+		}
+		in.p.opts.Logger.Info("restarting plugin", "flowlet", in.name, "instance", in.idx, "failures", in.fails)
+	}
+	pr = in.p.takeSpare()
+	if pr == nil {
+		var err error
+		if pr, err = in.p.start(in.idx); err != nil {
+			in.fails++
+			in.lastFail = time.Now()
+			return nil, err
+		}
+	}
+	pr.logs.setLogger(in.p.opts.Logger.With("flowlet", in.name, "instance", in.idx, "plugin", in.p.path))
+	pr.host = &hostServer{in: in}
+	pr.hostID = pr.broker.NextId()
+	go pr.broker.AcceptAndServe(pr.hostID, func(opts []grpc.ServerOption) *grpc.Server {
+		opts = append(opts, grpc.MaxRecvMsgSize(plugin.MaxMessageSize), grpc.MaxSendMsgSize(plugin.MaxMessageSize))
+		s := grpc.NewServer(opts...)
+		pb.RegisterHostServer(s, pr.host)
+		return s
+	})
+	ictx, cancel := context.WithTimeout(ctx, in.p.opts.CallTimeout)
+	defer cancel()
+	_, err := pr.client.Init(ictx, &pb.InitRequest{Name: in.name, Instance: int32(in.idx), Instances: int32(in.instances),
+		ConfigJson: in.configJSON, HostBrokerId: pr.hostID})
+	if err != nil {
+		st, ok := status.FromError(err)
+		refused := ok && st.Code() == codes.FailedPrecondition && !pr.exited()
+		pr.kill()
+		in.fails++
+		in.lastFail = time.Now()
+		if refused {
+			return nil, &InitError{Flowlet: in.name, Instance: in.idx, Message: st.Message()}
+		}
+		return nil, in.callError("Init", err, ictx, ctx, pr)
+	}
+	in.setProc(pr)
+	return pr, nil
+}
+
+// callError describes a failed call; the process has been killed.
+func (in *inst) callError(op string, err error, cctx, ctx context.Context, pr *proc) error {
+	ce := &CallError{Flowlet: in.name, Instance: in.idx, Op: op}
+	switch {
+	case ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded):
+		ce.Timeout = true
+		ce.Err = fmt.Errorf("no answer within the deadline of %v; the plugin was killed and restarts at the next call", in.p.opts.CallTimeout)
+	default:
+		for i := 0; i < 20 && !pr.exited(); i++ {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if pr.exited() {
+			ce.Err = fmt.Errorf("the plugin process exited (%v); it restarts at the next call", err)
+		} else {
+			ce.Err = fmt.Errorf("%w; the plugin was killed and restarts at the next call", err)
+		}
+	}
+	ce.Stderr = pr.logs.tail()
+	return ce
+}
+
+// call runs one step RPC with ctx as the step's context and applies its
+// response.
+func (in *inst) call(ctx flowlet.Context, op string, rpc func(context.Context, *proc, *pb.StepRequest) (*pb.StepResponse, error)) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	pr, err := in.ensure(ctx)
+	if err != nil {
+		return err
+	}
+	in.callID++
+	_, canDL := ctx.(deadLetterer)
+	req := &pb.StepRequest{CallId: in.callID, DeadLetter: canDL}
+	in.cb.mu.Lock()
+	in.cb.ctx, in.cb.id, in.cb.err = ctx, in.callID, nil
+	in.cb.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, in.p.opts.CallTimeout)
+	resp, err := rpc(cctx, pr, req)
+	cancel()
+	in.cb.mu.Lock()
+	cbErr := in.cb.err
+	in.cb.ctx, in.cb.err = nil, nil
+	in.cb.mu.Unlock()
+	if err != nil {
+		in.setProc(nil)
+		pr.kill()
+		in.fails++
+		in.lastFail = time.Now()
+		if ctx.Err() != nil {
+			return fmt.Errorf("flowlet %q instance %d: plugin %s: %w", in.name, in.idx, op, ctx.Err())
+		}
+		return in.callError(op, err, cctx, ctx, pr)
+	}
+	in.fails = 0
+	if cbErr != nil {
+		return cbErr
+	}
+	var result error
+	if e := resp.Error; e != nil {
+		switch e.Kind {
+		case pb.Error_IDLE:
+			result = flowlet.ErrIdle
+		case pb.Error_END_OF_INPUT:
+			result = flowlet.ErrEndOfInput
+		default:
+			se := &StepError{Flowlet: in.name, Instance: in.idx, Op: op, Message: e.Message,
+				Panic: e.Kind == pb.Error_PANIC, Stack: e.Stack, perm: e.Permanent}
+			for _, i := range e.Events {
+				se.Events = append(se.Events, int(i))
+			}
+			if se.Panic {
+				in.p.opts.Logger.Error("plugin flowlet panicked", "flowlet", in.name, "instance", in.idx, "panic", e.Message, "stack", e.Stack)
+			}
+			return se
+		}
+	}
+	if err := applyWrites(ctx, resp.Writes); err != nil {
+		return err
+	}
+	for _, e := range resp.Emits {
+		opts := in.opts[:0]
+		for _, kv := range e.Keys {
+			opts = append(opts, flowlet.Key(kv.Name, kv.Value))
+		}
+		if e.EventTime != 0 {
+			opts = append(opts, flowlet.EventTime(time.Unix(0, e.EventTime)))
+		}
+		if e.TraceId != "" {
+			opts = append(opts, flowlet.TraceID(e.TraceId))
+		}
+		if e.Priority != 0 {
+			opts = append(opts, flowlet.Priority(uint8(e.Priority)))
+		}
+		in.opts = opts
+		if err := ctx.Emit(e.Output, e.Payload, opts...); err != nil {
+			return err
+		}
+	}
+	if len(resp.DeadLetters) > 0 {
+		dl, ok := ctx.(deadLetterer)
+		if !ok {
+			return fmt.Errorf("flowlet %q: the plugin dead-lettered events but this context cannot", in.name)
+		}
+		for _, d := range resp.DeadLetters {
+			if err := dl.DeadLetter(d.Payload, d.Reason); err != nil {
+				return err
+			}
+		}
+	}
+	return result
+}
+
+// deadLetterer is the runtime's optional Context method (runtime.DeadLetterer).
+type deadLetterer interface {
+	DeadLetter(payload []byte, reason string) error
+}
+
+func (in *inst) processBatch(ctx flowlet.Context, evs []flowlet.Event) error {
+	return in.call(ctx, "ProcessBatch", func(cctx context.Context, pr *proc, step *pb.StepRequest) (*pb.StepResponse, error) {
+		if cap(in.evs) < len(evs) {
+			in.evs = make([]pb.Event, len(evs))
+			in.evp = make([]*pb.Event, len(evs))
+		}
+		in.evs, in.evp = in.evs[:len(evs)], in.evp[:len(evs)]
+		for i := range evs {
+			e := &evs[i]
+			pe := &in.evs[i]
+			pe.Id, pe.Input, pe.Payload, pe.TraceId, pe.EventTime, pe.Keys = e.ID, e.Input, e.Payload, e.TraceID, 0, nil
+			if !e.EventTime.IsZero() {
+				pe.EventTime = e.EventTime.UnixNano()
+			}
+			for _, kv := range e.Keys {
+				pe.Keys = append(pe.Keys, &pb.KeyValue{Name: kv.Name, Value: kv.Value})
+			}
+			in.evp[i] = pe
+		}
+		r, err := pr.client.ProcessBatch(cctx, &pb.BatchRequest{Step: step, Events: in.evp})
+		for i := range in.evs { // drop references to the caller's payloads
+			in.evs[i].Payload, in.evs[i].Keys = nil, nil
+		}
+		return r, err
+	})
+}
+
+func (in *inst) tick(ctx flowlet.Context) error {
+	return in.call(ctx, "Tick", func(cctx context.Context, pr *proc, step *pb.StepRequest) (*pb.StepResponse, error) {
+		return pr.client.Tick(cctx, step)
+	})
+}
+
+func (in *inst) generate(ctx flowlet.Context) error {
+	return in.call(ctx, "Generate", func(cctx context.Context, pr *proc, step *pb.StepRequest) (*pb.StepResponse, error) {
+		return pr.client.Generate(cctx, step)
+	})
+}
+
+func applyWrites(ctx flowlet.Context, ws []*pb.StateOp) error {
+	for _, w := range ws {
+		var err error
+		switch w.Kind {
+		case pb.StateOp_PUT:
+			err = ctx.State(w.Name).Put(w.Key, w.Value)
+		case pb.StateOp_DELETE:
+			err = ctx.State(w.Name).Delete(w.Key)
+		case pb.StateOp_ADD:
+			err = ctx.Counters(w.Name).Add(w.Key, w.Delta)
+		default:
+			err = fmt.Errorf("unknown state operation %v", w.Kind)
+		}
+		if err != nil {
+			return fmt.Errorf("plugin state write (%v %s): %w", w.Kind, w.Name, err)
+		}
+	}
+	return nil
+}
+
+// hostServer serves the Host service (state reads) to one plugin process,
+// against the Context of the step in progress.
+type hostServer struct {
+	pb.UnimplementedHostServer
+	in *inst
+}
+
+// begin returns the step's Context, with in.cb.mu held (release with
+// end), after applying writes.
+func (h *hostServer) begin(id uint64, writes []*pb.StateOp) (flowlet.Context, error) {
+	cb := &h.in.cb
+	cb.mu.Lock()
+	if cb.ctx == nil || cb.id != id {
+		cb.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "pluginhost: step %d is not in progress", id)
+	}
+	if err := applyWrites(cb.ctx, writes); err != nil {
+		if cb.err == nil {
+			cb.err = err
+		}
+		cb.mu.Unlock()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return cb.ctx, nil
+}
+
+func (h *hostServer) end() { h.in.cb.mu.Unlock() }
+
+func (h *hostServer) Get(_ context.Context, r *pb.GetRequest) (*pb.GetResponse, error) {
+	ctx, err := h.begin(r.CallId, r.Writes)
+	if err != nil {
+		return nil, err
+	}
+	defer h.end()
+	v, ok, err := ctx.State(r.Table).Get(r.Key)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &pb.GetResponse{Value: v, Found: ok}, nil
+}
+
+func (h *hostServer) CounterGet(_ context.Context, r *pb.CounterGetRequest) (*pb.CounterGetResponse, error) {
+	ctx, err := h.begin(r.CallId, r.Writes)
+	if err != nil {
+		return nil, err
+	}
+	defer h.end()
+	n, err := ctx.Counters(r.Counters).Get(r.Key)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &pb.CounterGetResponse{Count: n}, nil
+}
+
+const (
+	defaultScanPage = 512
+	maxScanPage     = 8192
+)
+
+func (h *hostServer) Scan(_ context.Context, r *pb.ScanRequest) (*pb.ScanResponse, error) {
+	ctx, err := h.begin(r.CallId, r.Writes)
+	if err != nil {
+		return nil, err
+	}
+	defer h.end()
+	page := int(r.Limit)
+	if page <= 0 {
+		page = defaultScanPage
+	}
+	page = min(page, maxScanPage)
+	o := flowlet.ScanOptions{Prefix: r.Prefix, Limit: page + 1}
+	if r.HasStart {
+		o.Start = nonNil(r.Start)
+	}
+	if r.HasEnd {
+		o.End = nonNil(r.End)
+	}
+	resp := &pb.ScanResponse{}
+	if r.Counters {
+		it := ctx.Counters(r.Name).Scan(o)
+		for it.Next() {
+			if len(resp.Entries) == page {
+				resp.More = true
+				break
+			}
+			resp.Entries = append(resp.Entries, &pb.ScanEntry{Key: clone(it.Key()), Count: it.Count()})
+		}
+		err = errors.Join(it.Err(), it.Close())
+	} else {
+		it := ctx.State(r.Name).Scan(o)
+		for it.Next() {
+			if len(resp.Entries) == page {
+				resp.More = true
+				break
+			}
+			resp.Entries = append(resp.Entries, &pb.ScanEntry{Key: clone(it.Key()), Value: clone(it.Value())})
+		}
+		err = errors.Join(it.Err(), it.Close())
+	}
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return resp, nil
+}
+
+func (h *hostServer) Apply(_ context.Context, r *pb.ApplyRequest) (*pb.ApplyResponse, error) {
+	if _, err := h.begin(r.CallId, r.Writes); err != nil {
+		return nil, err
+	}
+	h.end()
+	return &pb.ApplyResponse{}, nil
+}
+
+func clone(b []byte) []byte { return append([]byte{}, b...) }
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}

@@ -1,0 +1,428 @@
+package pluginhost_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/flowlet/flowlettest"
+	"github.com/flowrun/flowrun/internal/pluginhost"
+)
+
+// cacheDir is shared by the package's tests, so each test plugin is built
+// once per run.
+var cacheDir string
+
+func TestMain(m *testing.M) {
+	d, err := os.MkdirTemp("", "pluginhost-test-")
+	if err != nil {
+		panic(err)
+	}
+	cacheDir = d
+	code := m.Run()
+	os.RemoveAll(d)
+	os.Exit(code)
+}
+
+// logBuf is a concurrency-safe log sink.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func options(t testing.TB, logs *logBuf) pluginhost.Options {
+	o := pluginhost.Options{CacheDir: cacheDir, CallTimeout: 20 * time.Second, RestartBackoff: time.Millisecond}
+	if logs != nil {
+		o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return o
+}
+
+func open(t testing.TB, name, path string, o pluginhost.Options) *pluginhost.Plugin {
+	t.Helper()
+	p, err := pluginhost.Open(context.Background(), name, path, "testdata", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func pid(f flowlet.Flowlet) int { return f.(interface{ PID() int }).PID() }
+
+func ev(payload string) flowlet.Event { return flowlettest.Event(payload) }
+
+func TestRoundTrip(t *testing.T) {
+	logs := &logBuf{}
+	p := open(t, "upper", "testplugin", options(t, logs))
+	if p.Info().Doc != "pluginhost test flowlet" {
+		t.Errorf("info: %+v", p.Info())
+	}
+	f := p.Type().New()
+	if _, ok := f.(flowlet.BatchProcessor); !ok {
+		t.Fatalf("%T is not a BatchProcessor", f)
+	}
+	if _, ok := f.(flowlet.Ticker); !ok {
+		t.Fatalf("%T is not a Ticker", f)
+	}
+	if _, ok := f.(flowlet.Source); ok {
+		t.Fatalf("%T is a Source", f)
+	}
+	if err := flowlet.Check(f, p.Info()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := flowlettest.New("upper").WithInstance(1, 3)
+	if err := ctx.Init(f, map[string]any{"prefix": "p-"}); err != nil {
+		t.Fatal(err)
+	}
+	defer f.(flowlet.Closer).Close()
+
+	// Emits with keys and headers.
+	at := time.Date(2024, 5, 6, 7, 8, 9, 10, time.UTC)
+	in := flowlettest.Event("abc", flowlet.EventTime(at), flowlet.TraceID("tr-1"), flowlet.Key("x", "y"))
+	if err := ctx.Process(f, in, ev("def"), ev("whoami")); err != nil {
+		t.Fatal(err)
+	}
+	got := ctx.Emitted()
+	if len(got) != 3 || string(got[0].Payload) != "p-ABC" || string(got[1].Payload) != "p-DEF" {
+		t.Fatalf("emitted %+v", got)
+	}
+	if k, _ := got[0].Key("k"); k != "abc" || !got[0].EventTime.Equal(at) || got[0].TraceID != "tr-1" {
+		t.Errorf("first emit's options: %+v", got[0].EmitOptions)
+	}
+	if k, _ := got[0].Key("in_x"); k != "y" {
+		t.Errorf("input keys did not reach the plugin: %+v", got[0].EmitOptions)
+	}
+	if w := ctx.Emits("whoami"); !slices.Equal(w, []string{"upper/1/3"}) {
+		t.Errorf("whoami: %v", w)
+	}
+
+	// State through the broker: writes in order, reads see the step's own
+	// writes and the committed state, counters add up.
+	ctx.Reset()
+	steps := [][]string{
+		{"put:a=1", "put:b=2", "get:a", "count:x", "count:x", "count:y"},
+		{"get:b", "del:b", "get:b", "put:a2=3", "scan:a", "count:x", "cscan:"},
+	}
+	for _, s := range steps {
+		var evs []flowlet.Event
+		for _, c := range s {
+			evs = append(evs, ev(c))
+		}
+		if err := ctx.Process(f, evs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g := ctx.Emits("got"); !slices.Equal(g, []string{"1", "2", "<missing>"}) {
+		t.Errorf("got %v", g)
+	}
+	if c := ctx.Emits("counts"); !slices.Equal(c, []string{"x=1", "x=2", "y=1", "x=3"}) {
+		t.Errorf("counts %v", c)
+	}
+	if s := ctx.Emits("scanned"); !slices.Equal(s, []string{"a=1,a2=3", "x=3,y=1"}) {
+		t.Errorf("scanned %v", s)
+	}
+	if tb := ctx.Table("t"); len(tb) != 2 || tb["a"] != "1" || tb["a2"] != "3" {
+		t.Errorf("table %v", tb)
+	}
+	if n := ctx.Count("c", "x"); n != 3 {
+		t.Errorf("counter x = %d", n)
+	}
+
+	// A failing step leaves no trace, and the error keeps its message and
+	// permanence.
+	ctx.Reset()
+	err := ctx.Process(f, ev("put:z=9"), ev("fail:bad line"))
+	var se *pluginhost.StepError
+	if !errors.As(err, &se) || se.Message != "failed on request: bad line" || !se.Permanent() {
+		t.Fatalf("want a permanent StepError, got %#v", err)
+	}
+	if _, ok := ctx.Get("t", "z"); ok || len(ctx.Emitted()) != 0 {
+		t.Error("a failed step left writes or emits")
+	}
+
+	// Ticks keep the flowlet's fields between calls.
+	for range 2 {
+		if err := ctx.Tick(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tk := ctx.Emits("ticks"); !slices.Equal(tk, []string{"p-tick 1", "p-tick 2"}) {
+		t.Errorf("ticks %v", tk)
+	}
+
+	// The plugin's logs reach the host's logger, tagged.
+	if err := ctx.Process(f, ev("log:hello")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		l := logs.String()
+		return strings.Contains(l, "raw stderr: hello") && strings.Contains(l, `msg="plugin: asked to log" flowlet=upper instance=1`)
+	}, "plugin logs in the host's log:\n%s", logs)
+	if !strings.Contains(logs.String(), "plugin: initialized") {
+		t.Errorf("Init's log line is missing:\n%s", logs)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, format string, args ...any) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf(format, args...)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// dlCtx is a flowlettest Context that can dead-letter, as the runtime's.
+type dlCtx struct {
+	*flowlettest.Context
+	dead []string
+}
+
+func (c *dlCtx) DeadLetter(p []byte, reason string) error {
+	c.dead = append(c.dead, string(p)+": "+reason)
+	return nil
+}
+
+func TestDeadLetterAndPanic(t *testing.T) {
+	p := open(t, "dl", "testplugin", options(t, nil))
+	f := p.New().(flowlet.BatchProcessor)
+	ctx := &dlCtx{Context: flowlettest.New("dl")}
+	if err := f.ProcessBatch(ctx, []flowlet.Event{ev("dead"), ev("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	ctx.Commit()
+	if !slices.Equal(ctx.dead, []string{"dead: dead on request"}) || !slices.Equal(ctx.Emits("out"), []string{"OK"}) {
+		t.Errorf("dead %v, out %v", ctx.dead, ctx.Emits("out"))
+	}
+	// Without DeadLetter on the host's context, the plugin has none.
+	plain := flowlettest.New("dl")
+	if err := plain.Process(f, ev("dead")); err == nil || !strings.Contains(err.Error(), "no DeadLetter") {
+		t.Errorf("got %v", err)
+	}
+
+	// A panic is recovered in the plugin: the step fails, the process lives.
+	before := pid(f)
+	err := plain.Process(f, ev("panic"))
+	var se *pluginhost.StepError
+	if !errors.As(err, &se) || !se.Panic || !strings.Contains(se.Stack, "main.(*testFlowlet).ProcessBatch") {
+		t.Fatalf("want a panic StepError with a stack, got %#v", err)
+	}
+	if err := plain.Process(f, ev("x")); err != nil || pid(f) != before {
+		t.Errorf("after a panic: %v, pid %d → %d", err, before, pid(f))
+	}
+}
+
+// TestKillMidBatch kills the plugin process with SIGKILL while it processes
+// a batch, again and again: each time the call fails with a CallError and no
+// trace of the step, and the next call restarts the plugin (with its
+// config) and succeeds.
+func TestKillMidBatch(t *testing.T) {
+	p := open(t, "victim", "testplugin", options(t, nil))
+	f := p.New()
+	ctx := flowlettest.New("victim")
+	if err := ctx.Init(f, map[string]any{"prefix": "v-"}); err != nil {
+		t.Fatal(err)
+	}
+	defer f.(flowlet.Closer).Close()
+	pids := map[int]bool{}
+	for i := range 5 {
+		old := pid(f)
+		pids[old] = true
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			syscall.Kill(old, syscall.SIGKILL)
+		}()
+		err := ctx.Process(f, ev(fmt.Sprintf("put:k%d=v", i)), ev("count:n"), ev("sleep:5000"), ev("after"))
+		var ce *pluginhost.CallError
+		if !errors.As(err, &ce) || ce.Timeout || ce.Op != "ProcessBatch" || ce.Flowlet != "victim" {
+			t.Fatalf("kill %d: want a CallError, got %#v", i, err)
+		}
+		if !strings.Contains(err.Error(), "exited") {
+			t.Errorf("kill %d: %v", i, err)
+		}
+		if err := ctx.Process(f, ev("again")); err != nil {
+			t.Fatalf("after kill %d: %v", i, err)
+		}
+		if pids[pid(f)] {
+			t.Fatalf("after kill %d: same pid %d", i, pid(f))
+		}
+	}
+	if got := ctx.Emits("out"); len(got) != 5 || got[0] != "v-AGAIN" {
+		t.Errorf("emits after restarts: %v (the restarted plugin must get its config)", got)
+	}
+	if len(ctx.Table("t")) != 0 || ctx.Count("c", "n") != 0 {
+		t.Errorf("killed steps left state: %v %v", ctx.Table("t"), ctx.CountersMap("c"))
+	}
+
+	// A process that dies between calls is restarted too.
+	syscall.Kill(pid(f), syscall.SIGKILL)
+	time.Sleep(50 * time.Millisecond)
+	if err := ctx.Process(f, ev("between")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExitAndHang(t *testing.T) {
+	o := options(t, nil)
+	o.CallTimeout = 700 * time.Millisecond
+	p := open(t, "hangs", "testplugin", o)
+	f := p.New()
+	ctx := flowlettest.New("hangs")
+
+	err := ctx.Process(f, ev("exit"))
+	var ce *pluginhost.CallError
+	if !errors.As(err, &ce) || ce.Timeout {
+		t.Fatalf("exit: want a CallError, got %#v", err)
+	}
+	if err := ctx.Process(f, ev("a")); err != nil {
+		t.Fatal(err)
+	}
+
+	old := pid(f)
+	start := time.Now()
+	err = ctx.Process(f, ev("b"), ev("hang"))
+	if !errors.As(err, &ce) || !ce.Timeout || !strings.Contains(err.Error(), "deadline of 700ms") {
+		t.Fatalf("hang: want a timeout CallError, got %#v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the deadline took %v", d)
+	}
+	if err := syscall.Kill(old, 0); err == nil {
+		// killed, maybe not yet reaped by go-plugin: give it a moment
+		waitFor(t, func() bool { return syscall.Kill(old, 0) != nil }, "hung plugin %d still alive", old)
+	}
+	if err := ctx.Process(f, ev("c")); err != nil {
+		t.Fatal(err)
+	}
+	if got := ctx.Emits("out"); !slices.Equal(got, []string{"A", "C"}) {
+		t.Errorf("out %v", got)
+	}
+}
+
+func TestInitError(t *testing.T) {
+	p := open(t, "picky", "testplugin", options(t, nil))
+	f := p.New()
+	err := flowlettest.New("picky").Init(f, map[string]any{"fail_init": true})
+	var ie *pluginhost.InitError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), `flowlet "picky"`) || !strings.Contains(err.Error(), "init refused by config") {
+		t.Fatalf("got %v", err)
+	}
+	err = flowlettest.New("picky").Init(p.New(), map[string]any{"prefix": 3})
+	if err == nil || !strings.Contains(err.Error(), `config field "prefix": want a string`) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestHandshakeMismatch(t *testing.T) {
+	_, err := pluginhost.Open(context.Background(), "future", "badversion", "testdata", options(t, nil))
+	var he *pluginhost.HandshakeError
+	if !errors.As(err, &he) || he.Flowlet != "future" || !strings.Contains(err.Error(), "protocol version mismatch") ||
+		!strings.Contains(err.Error(), "Plugin version: 99") {
+		t.Fatalf("want a HandshakeError, got %v", err)
+	}
+	t.Log(err)
+
+	script := filepath.Join(t.TempDir(), "notaplugin")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho hello\nsleep 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pluginhost.Open(context.Background(), "script", script, "", options(t, nil))
+	if !errors.As(err, &he) || he.Flowlet != "script" || !strings.Contains(err.Error(), "is it a flowrun plugin") {
+		t.Fatalf("want a HandshakeError, got %v", err)
+	}
+	t.Log(err)
+
+	// A flowrun plugin started without the host's magic cookie (by hand,
+	// say) refuses to run; started by a host whose cookie differs, it exits
+	// before the handshake.
+	p := open(t, "real", "testplugin", options(t, nil))
+	wrapper := filepath.Join(t.TempDir(), "nocookie")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nunset FLOWRUN_PLUGIN\nexec "+p.Binary()+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pluginhost.Open(context.Background(), "nocookie", wrapper, "", options(t, nil))
+	if !errors.As(err, &he) || !strings.Contains(err.Error(), "exited before the handshake") ||
+		!strings.Contains(err.Error(), "This binary is a plugin") {
+		t.Fatalf("want a HandshakeError, got %v", err)
+	}
+	t.Log(err)
+}
+
+func TestBuildFailure(t *testing.T) {
+	_, err := pluginhost.Open(context.Background(), "broken_parser", "broken", "testdata", options(t, nil))
+	var be *pluginhost.BuildError
+	if !errors.As(err, &be) || be.Flowlet != "broken_parser" ||
+		!strings.Contains(err.Error(), `flowlet "broken_parser": building plugin`) ||
+		!strings.Contains(err.Error(), "undefined: undefinedFunction") {
+		t.Fatalf("want a BuildError naming the flowlet with the compiler's message, got %v", err)
+	}
+	t.Log(err)
+
+	_, err = pluginhost.Open(context.Background(), "missing", "nosuchdir", "testdata", options(t, nil))
+	var se *pluginhost.StartError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), `flowlet "missing"`) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestBuildCache: the cache is keyed by the sources, so an edit rebuilds
+// and an unchanged tree does not.
+func TestBuildCache(t *testing.T) {
+	dir := filepath.Join("testdata", "cachetest")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	write := func(msg string) {
+		src := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(" + strconv.Quote(msg) + ") }\n"
+		if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	abs, _ := filepath.Abs(dir)
+	o := options(t, nil)
+	write("one")
+	b1, err := pluginhost.Build(context.Background(), "c", abs, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st1, _ := os.Stat(b1)
+	b2, err := pluginhost.Build(context.Background(), "c", abs, o)
+	if err != nil || b2 != b1 {
+		t.Fatalf("unchanged sources: %v, %s vs %s", err, b1, b2)
+	}
+	if st2, _ := os.Stat(b2); !st2.ModTime().Equal(st1.ModTime()) {
+		t.Error("unchanged sources were rebuilt")
+	}
+	write("two")
+	b3, err := pluginhost.Build(context.Background(), "c", abs, o)
+	if err != nil || b3 == b1 {
+		t.Fatalf("edited sources: %v, same binary %s", err, b3)
+	}
+}

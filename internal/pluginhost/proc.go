@@ -1,0 +1,299 @@
+package pluginhost
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+	goplugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/flowrun/flowrun/flowlet/plugin"
+	pb "github.com/flowrun/flowrun/proto/flowletpb"
+)
+
+// proc is one running plugin process.
+type proc struct {
+	gp     *goplugin.Client
+	client pb.FlowletClient
+	broker *goplugin.GRPCBroker
+	pid    int
+	logs   *logWriter
+	hostID uint32 // broker id of the Host service, once served
+	host   *hostServer
+	once   sync.Once
+}
+
+// hostPlugin is the host side of the go-plugin plugin.
+type hostPlugin struct {
+	goplugin.NetRPCUnsupportedPlugin
+}
+
+type dispensed struct {
+	client pb.FlowletClient
+	broker *goplugin.GRPCBroker
+}
+
+func (hostPlugin) GRPCServer(*goplugin.GRPCBroker, *grpc.Server) error {
+	return errors.New("pluginhost: the host serves no plugin")
+}
+
+func (hostPlugin) GRPCClient(_ context.Context, b *goplugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	return &dispensed{client: pb.NewFlowletClient(c), broker: b}, nil
+}
+
+// start starts a process of the plugin for instance idx (for log tags).
+func (p *Plugin) start(idx int) (*proc, error) {
+	lw := newLogWriter(p.logger(idx))
+	cmd := exec.Command(p.bin)
+	cmd.Env = append(os.Environ(), p.opts.Env...)
+	gp := goplugin.NewClient(&goplugin.ClientConfig{
+		HandshakeConfig:  plugin.Handshake,
+		Plugins:          goplugin.PluginSet{plugin.Name: hostPlugin{}},
+		Cmd:              cmd,
+		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		StartTimeout:     p.opts.StartTimeout,
+		Stderr:           lw,
+		SyncStderr:       lw.sync(),
+		SyncStdout:       lw.sync(),
+		Logger:           hclog.New(&hclog.LoggerOptions{Level: hclog.Off, Output: lw}),
+		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(plugin.MaxMessageSize), grpc.MaxCallSendMsgSize(plugin.MaxMessageSize))},
+	})
+	rpc, err := gp.Client()
+	if err != nil {
+		gp.Kill()
+		return nil, p.handshakeError(err, lw)
+	}
+	raw, err := rpc.Dispense(plugin.Name)
+	if err != nil {
+		gp.Kill()
+		return nil, &StartError{Flowlet: p.flowlet, Path: p.path, Err: err}
+	}
+	d := raw.(*dispensed)
+	pr := &proc{gp: gp, client: d.client, broker: d.broker, logs: lw}
+	if rc := gp.ReattachConfig(); rc != nil && rc.Pid > 0 {
+		pr.pid = rc.Pid
+	}
+	return pr, nil
+}
+
+func (p *Plugin) logger(idx int) *slog.Logger {
+	return p.opts.Logger.With("flowlet", p.flowlet, "instance", idx, "plugin", p.path)
+}
+
+// handshakeError classifies a failed start.
+func (p *Plugin) handshakeError(err error, lw *logWriter) error {
+	msg := err.Error()
+	tail := lw.tail()
+	var cause string
+	switch {
+	case strings.Contains(msg, "incompatible API version"):
+		cause = fmt.Sprintf("protocol version mismatch: the host speaks version %d (%s)", plugin.ProtocolVersion, firstLine(msg))
+	case strings.Contains(msg, "incompatible core API version"):
+		cause = "go-plugin core protocol mismatch (" + firstLine(msg) + ")"
+	case strings.Contains(tail, "This binary is a plugin"):
+		cause = "the plugin exited before the handshake: its magic cookie (" + plugin.Handshake.MagicCookieKey +
+			") did not match, so it is not a flowrun plugin or was built for another host"
+	case strings.Contains(msg, "Unrecognized remote plugin message: \n") || strings.HasSuffix(firstLine(msg), "message: "):
+		cause = "the program exited or closed stdout without a go-plugin handshake line; is it a flowrun plugin?"
+	case strings.Contains(msg, "Unrecognized remote plugin message"):
+		cause = "the program did not print a go-plugin handshake line; is it a flowrun plugin? (" + firstLine(msg) + ")"
+	case strings.Contains(msg, "exited before we could connect"):
+		cause = "the plugin exited before the handshake"
+	case strings.Contains(msg, "timeout while waiting for plugin to start"):
+		cause = fmt.Sprintf("no handshake within %v", p.opts.StartTimeout)
+	default:
+		return &StartError{Flowlet: p.flowlet, Path: p.path, Err: fmt.Errorf("%w%s", err, indent(tail))}
+	}
+	if tail != "" {
+		cause += "; plugin stderr:\n" + indent(tail)
+	}
+	return &HandshakeError{Flowlet: p.flowlet, Path: p.path, Cause: cause, Err: err}
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+func indent(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
+}
+
+func (pr *proc) exited() bool { return pr.gp.Exited() }
+
+func (pr *proc) tail() string {
+	t := pr.logs.tail()
+	if t == "" {
+		return ""
+	}
+	return "\nplugin stderr (last lines):\n" + t
+}
+
+// kill ends the process at once (SIGKILL: a hung plugin gets no grace) and
+// waits for go-plugin's goroutines.
+func (pr *proc) kill() {
+	pr.once.Do(func() {
+		if pr.pid > 0 && !pr.gp.Exited() {
+			_ = syscall.Kill(pr.pid, syscall.SIGKILL)
+		}
+		pr.gp.Kill()
+	})
+}
+
+// stop ends the process gracefully (after Close).
+func (pr *proc) stop() {
+	pr.once.Do(pr.gp.Kill)
+}
+
+// logWriter logs a plugin's stderr line by line: JSON lines (slog's or
+// hclog's) at their level with their attributes, other lines at Info, or
+// Error after a line starting a Go panic. It keeps the last lines for error
+// messages.
+type logWriter struct {
+	mu     sync.Mutex
+	logger *slog.Logger
+	buf    []byte
+	last   []string
+	panic  bool
+}
+
+const tailLines = 30
+
+func newLogWriter(l *slog.Logger) *logWriter { return &logWriter{logger: l} }
+
+// syncWriter is the stream go-plugin copies the plugin's os.Stdout and
+// os.Stderr to (after Serve replaced them); it has its own line buffer.
+type syncWriter struct {
+	lw  *logWriter
+	buf []byte
+	mu  sync.Mutex
+}
+
+func (lw *logWriter) sync() *syncWriter { return &syncWriter{lw: lw} }
+
+func (w *syncWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, b...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		w.lw.line(string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+	return len(b), nil
+}
+
+func (lw *logWriter) Write(b []byte) (int, error) {
+	lw.mu.Lock()
+	lw.buf = append(lw.buf, b...)
+	var lines []string
+	for {
+		i := bytes.IndexByte(lw.buf, '\n')
+		if i < 0 {
+			break
+		}
+		lines = append(lines, string(lw.buf[:i]))
+		lw.buf = lw.buf[i+1:]
+	}
+	lw.mu.Unlock()
+	for _, l := range lines {
+		lw.line(l)
+	}
+	return len(b), nil
+}
+
+func (lw *logWriter) line(l string) {
+	l = strings.TrimRight(l, "\r")
+	if l == "" {
+		return
+	}
+	lw.mu.Lock()
+	lw.last = append(lw.last, l)
+	if len(lw.last) > tailLines {
+		lw.last = lw.last[len(lw.last)-tailLines:]
+	}
+	if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") {
+		lw.panic = true
+	}
+	inPanic := lw.panic
+	logger := lw.logger
+	lw.mu.Unlock()
+	if strings.HasPrefix(l, "{") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil {
+			logJSON(logger, m)
+			return
+		}
+	}
+	level := slog.LevelInfo
+	if inPanic {
+		level = slog.LevelError
+	}
+	logger.Log(context.Background(), level, "plugin: "+l)
+}
+
+// setLogger retags the lines (the spare process becomes some instance's).
+func (lw *logWriter) setLogger(l *slog.Logger) {
+	lw.mu.Lock()
+	lw.logger = l
+	lw.mu.Unlock()
+}
+
+func logJSON(logger *slog.Logger, m map[string]any) {
+	level := slog.LevelInfo
+	lv, _ := m["level"].(string)
+	if lv == "" {
+		lv, _ = m["@level"].(string)
+	}
+	switch strings.ToLower(lv) {
+	case "trace", "debug":
+		level = slog.LevelDebug
+	case "warn", "warning":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	}
+	msg, _ := m["msg"].(string)
+	if msg == "" {
+		msg, _ = m["@message"].(string)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		switch k {
+		case "level", "@level", "msg", "@message", "time", "@timestamp", "@module", "@caller":
+			continue
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	attrs := make([]any, 0, 2*len(keys))
+	for _, k := range keys {
+		attrs = append(attrs, k, m[k])
+	}
+	logger.Log(context.Background(), level, "plugin: "+msg, attrs...)
+}
+
+func (lw *logWriter) tail() string {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return strings.Join(lw.last, "\n")
+}
