@@ -128,6 +128,7 @@ type queueRT struct {
 	spaceMu             sync.Mutex
 	space               chan struct{} // closed when depth shrinks
 	rr                  atomic.Uint32 // producers' rotating start partition
+	index               []partIndex   // one per partition, see index.go
 }
 
 type groupRT struct {
@@ -218,7 +219,7 @@ func (b *Backend) load() error {
 }
 
 func newQueueRT(name string, m queueMeta) *queueRT {
-	q := &queueRT{name: name, id: m.ID, cfg: m.Config, meta: m, groups: map[string]*groupRT{}, space: make(chan struct{})}
+	q := &queueRT{name: name, id: m.ID, cfg: m.Config, meta: m, groups: map[string]*groupRT{}, space: make(chan struct{}), index: make([]partIndex, m.Config.Partitions)}
 	for _, g := range m.Groups {
 		q.groups[g.Name] = newGroupRT(g, m.Config.Partitions)
 	}
@@ -263,15 +264,17 @@ func (q *queueRT) loadStates(txn *badger.Txn) error {
 	return nil
 }
 
-// countDepth recomputes the depth from entry keys (no value reads).
+// countDepth recomputes the depth and the partition index from entry keys
+// (no value reads).
 func (q *queueRT) countDepth(txn *badger.Txn) error {
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: queuePrefix(q.id)})
 	defer it.Close()
 	var ev, by int64
 	for it.Rewind(); it.Valid(); it.Next() {
-		if k, ok := decodeEntryKey(it.Item().Key()); ok {
+		if k, ok := decodeEntryKey(it.Item().Key()); ok && int(k.part) < len(q.index) {
 			ev += int64(k.count)
 			by += int64(k.size)
+			q.index[k.part].raise(k.prio, k.wp)
 		}
 	}
 	q.events.Store(ev)

@@ -40,6 +40,9 @@ type consumer struct {
 	work      map[int]*work
 	persisted bool
 	now       time.Time
+
+	idx   []levelMax // scratch for readPartition
+	prios []uint8
 }
 
 // work is a partition leased by the current transaction.
@@ -108,18 +111,26 @@ func (c *consumer) candidatesLocked() ([]int, error) {
 	return parts, nil
 }
 
-// lease takes partition p for the current transaction unless another
-// consumer's transaction holds it (the previous owner, during a rescale).
+// leaseLocked takes partition p for the current transaction unless another
+// consumer's transaction holds it (the previous owner, during a rescale) or
+// the partition index shows nothing to read there (then it returns nil
+// without leasing: skipping an idle partition costs no Badger access).
 func (c *consumer) leaseLocked(p int) *work {
 	if w := c.work[p]; w != nil {
+		if !c.q.index[p].mayHaveWork(&w.st, c.t) {
+			return nil
+		}
 		return w
 	}
 	s := c.g.slots[p]
 	if s.owner != nil {
 		return nil
 	}
-	s.owner = c
 	s.resolve(c.t)
+	if !c.q.index[p].mayHaveWork(&s.committed.st, c.t) {
+		return nil
+	}
+	s.owner = c
 	w := &work{slot: s, prev: s.committed, st: s.committed.st.clone()}
 	c.work[p] = w
 	return w
@@ -140,10 +151,15 @@ func (c *consumer) Dequeue(max int) ([]queue.Entry, error) {
 		return nil, err
 	}
 	c.now = c.b.opts.Now()
-	txn := c.b.db.NewTransaction(false)
-	defer txn.Discard()
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: queuePrefix(c.q.id)})
-	defer it.Close()
+	// Opened at the first partition worth reading.
+	var txn *badger.Txn
+	var it *badger.Iterator
+	defer func() {
+		if it != nil {
+			it.Close()
+			txn.Discard()
+		}
+	}()
 	var out []queue.Entry
 	for _, p := range parts {
 		if len(out) >= max {
@@ -155,6 +171,10 @@ func (c *consumer) Dequeue(max int) ([]queue.Entry, error) {
 		c.q.mu.Unlock()
 		if w == nil {
 			continue
+		}
+		if it == nil {
+			txn = c.b.db.NewTransaction(false)
+			it = txn.NewIterator(badger.IteratorOptions{Prefix: queuePrefix(c.q.id)})
 		}
 		if out, err = c.readPartition(it, p, w, max, out); err != nil {
 			return nil, err
@@ -172,16 +192,13 @@ func (c *consumer) Dequeue(max int) ([]queue.Entry, error) {
 // readPartition appends up to max-len(out) entries of partition p, highest
 // priority level first.
 func (c *consumer) readPartition(it *badger.Iterator, p int, w *work, max int, out []queue.Entry) ([]queue.Entry, error) {
-	pp := partPrefix(c.q.id, uint16(p))
-	next := 0 // next priority level to look for, as 255-prio
-	for next <= maxPriorInv && len(out) < max {
-		it.Seek(append(pp, byte(next)))
-		if !it.ValidForPrefix(pp) {
+	c.idx = c.q.index[p].snapshot(c.idx[:0])
+	c.prios = levelsToRead(c.prios[:0], c.idx, &w.st)
+	t := c.t
+	for _, prio := range c.prios {
+		if len(out) >= max {
 			break
 		}
-		inv := it.Item().Key()[partPfxLen]
-		prio := maxPriorInv - inv
-		next = int(inv) + 1
 		ls := w.st.level(prio)
 		lp := levelPrefix(c.q.id, uint16(p), prio)
 		var err error
@@ -189,7 +206,7 @@ func (c *consumer) readPartition(it *badger.Iterator, p int, w *work, max int, o
 		for i := 0; i < len(ls.holes) && len(out) < max; {
 			h := &ls.holes[i]
 			switch {
-			case c.t.Visible(h.wp):
+			case t.Visible(h.wp):
 				var done bool
 				out, done, err = c.readRun(it, lp, p, prio, w, h, h.wp, h.wp, max, out)
 				if err != nil {
@@ -199,7 +216,7 @@ func (c *consumer) readPartition(it *badger.Iterator, p int, w *work, max int, o
 					i++
 					continue
 				}
-			case h.wp < c.t.FirstInProgress():
+			case h.wp < t.FirstInProgress():
 				// invalid: never visible, nothing to read
 			default:
 				i++
@@ -213,16 +230,33 @@ func (c *consumer) readPartition(it *badger.Iterator, p int, w *work, max int, o
 		}
 		old := ls.pos
 		var end bool
-		out, end, err = c.readRun(it, lp, p, prio, w, &ls.pos, 0, c.t.ReadPointer(), max, out)
+		out, end, err = c.readRun(it, lp, p, prio, w, &ls.pos, 0, t.ReadPointer(), max, out)
 		if err != nil {
 			return nil, err
 		}
-		if end && ls.pos.wp <= c.t.ReadPointer() {
-			ls.pos = position{wp: c.t.ReadPointer() + 1}
-		}
-		for _, ip := range c.t.InProgress() {
+		// Every in-progress pointer the scan passed (it delivered a newer
+		// entry) may still commit behind the position: a hole.
+		for _, ip := range t.InProgress() {
 			if ip >= old.wp && ip < ls.pos.wp {
 				addHole(ls, ip)
+				w.changed = true
+			}
+		}
+		if end {
+			// Nothing more t may see: move up to the first pointer still in
+			// progress (or past the read pointer), passing only settled
+			// pointers, so that the jump makes no holes and the partition
+			// index can tell the level is done.
+			target := t.ReadPointer() + 1
+			for _, ip := range t.InProgress() {
+				if ip >= ls.pos.wp {
+					target = min(target, ip)
+					break
+				}
+			}
+			if target > ls.pos.wp {
+				ls.pos = position{wp: target}
+				w.changed = true
 			}
 		}
 	}

@@ -109,9 +109,14 @@ func (p *producer) Enqueue(ctx context.Context, ev queue.Event) error {
 // Store implements tx.Stager.
 func (p *producer) Store() any { return p.b.db }
 
-// Stage implements tx.Stager: the packed values go into the commit's atomic write.
+// Stage implements tx.Stager: the packed values go into the commit's atomic
+// write. The partition index learns about them first, before the commit can
+// become visible to any consumer.
 func (p *producer) Stage(dst []tx.Write) ([]tx.Write, error) {
 	ms := p.b.opts.Now().UnixMilli()
+	for _, rb := range p.bufs {
+		p.q.index[rb.part].raise(rb.prio, p.t.WritePointer)
+	}
 	for _, rb := range p.bufs {
 		for i, c := range rb.chunks {
 			k := entryKey{qid: p.q.id, part: rb.part, prio: rb.prio, wp: p.t.WritePointer, chunk: uint32(i), count: c.count, size: c.size, ms: ms}

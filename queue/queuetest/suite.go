@@ -42,6 +42,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 		{"AbortRedelivers", testAbortRedelivers},
 		{"ProducerAbortLeavesNothing", testProducerAbort},
 		{"OlderProducerCommitsLate", testOlderProducer},
+		{"OlderProducerNewPriority", testOlderProducerNewPriority},
 		{"Priorities", testPriorities},
 		{"RescaleUnderLoad", testRescale},
 		{"TTL", testTTL},
@@ -348,6 +349,31 @@ func testOlderProducer(t *testing.T, e *Env) {
 	if info, _ := e.Queues.Info("q"); info.Events != 0 || info.Groups[0].Lag != 0 {
 		t.Fatalf("after consuming all: %+v", info)
 	}
+}
+
+// testOlderProducerNewPriority: the late producer writes a priority level no
+// entry used before, so the consumer had no position there when it read past
+// the producer's pointer; a backend that tracks "nothing left to read" per
+// level must still find it.
+func testOlderProducerNewPriority(t *testing.T, e *Env) {
+	must(t, e.Queues.CreateQueue("q", queue.Config{Partitions: 1}))
+	must(t, e.Queues.AddGroup("q", queue.Group{Name: "g", Strategy: queue.Hash, Instances: 1}))
+	pOld, _ := e.Queues.Producer("q")
+	ctxOld := e.Coord.NewContext(pOld)
+	_, err := ctxOld.Start(10 * time.Second)
+	must(t, err)
+	produce(t, e, "q", "new", 3, 3, nil)
+	c, _ := e.Queues.Consumer("q", "g", 0)
+	expectExactly(t, payloads(drain(t, e, c, 10)), "new", 3)
+	must(t, pOld.Enqueue(context.Background(), queue.Event{Payload: []byte("old-0"), Priority: 7}))
+	// Empty reads in between, then the old one lands behind every position.
+	if more := drain(t, e, c, 10); len(more) != 0 {
+		t.Fatalf("delivered before commit: %v", payloads(more))
+	}
+	must(t, ctxOld.Finish())
+	expectExactly(t, payloads(drain(t, e, c, 10)), "old", 1)
+	produce(t, e, "q", "later", 2, 1, nil)
+	expectExactly(t, payloads(drain(t, e, c, 10)), "later", 2)
 }
 
 func testPriorities(t *testing.T, e *Env) {

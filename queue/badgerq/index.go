@@ -1,0 +1,90 @@
+package badgerq
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/flowrun/flowrun/tx"
+)
+
+// partIndex is the in-memory index of one partition: for every priority
+// level that holds (or held, since Open) entries, the highest producer write
+// pointer written there. Producers raise it before their commit becomes
+// visible (Stage on the fast path, Persist on the general path), and Open
+// rebuilds it from the entry keys, so it is never behind what a consumer's
+// transaction may see. Consumers use it to skip partitions with nothing to
+// read (see mayHaveWork) without touching Badger, and to know which levels
+// to read. It never shrinks: an evicted level costs one comparison.
+type partIndex struct {
+	mu     sync.Mutex
+	levels []levelMax // sorted by priority, highest first
+}
+
+type levelMax struct {
+	prio  uint8
+	maxWP uint64
+}
+
+// raise records that wp wrote into level prio.
+func (ix *partIndex) raise(prio uint8, wp uint64) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for i := range ix.levels {
+		if ix.levels[i].prio == prio {
+			ix.levels[i].maxWP = max(ix.levels[i].maxWP, wp)
+			return
+		}
+	}
+	i, _ := slices.BinarySearchFunc(ix.levels, prio, func(l levelMax, p uint8) int { return int(p) - int(l.prio) })
+	ix.levels = slices.Insert(ix.levels, i, levelMax{prio: prio, maxWP: wp})
+}
+
+// snapshot appends the levels to dst.
+func (ix *partIndex) snapshot(dst []levelMax) []levelMax {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return append(dst, ix.levels...)
+}
+
+// mayHaveWork reports whether a group whose state in this partition is st
+// may find something to settle there in transaction t: a level it has no
+// state for, a level written at or after its scan position, or a hole that t
+// can resolve (now visible, or known invalid). When it returns false, every
+// entry of the partition is delivered, expired or still invisible to t, so a
+// read would only find nothing.
+func (ix *partIndex) mayHaveWork(st *partState, t *tx.Tx) bool {
+	ix.mu.Lock()
+	for _, lm := range ix.levels {
+		l := st.find(lm.prio)
+		if l == nil || l.pos.wp <= lm.maxWP {
+			ix.mu.Unlock()
+			return true
+		}
+	}
+	ix.mu.Unlock()
+	fip := t.FirstInProgress()
+	for i := range st.levels {
+		for _, h := range st.levels[i].holes {
+			if h.wp < fip || t.Visible(h.wp) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// levelsToRead lists, highest priority first, the levels a read of the
+// partition must visit: every indexed level, and every level of st that has
+// holes (they may need dropping even if the level has no entries left).
+func levelsToRead(dst []uint8, idx []levelMax, st *partState) []uint8 {
+	for _, lm := range idx {
+		dst = append(dst, lm.prio)
+	}
+	for i := range st.levels {
+		if len(st.levels[i].holes) > 0 && !slices.Contains(dst, st.levels[i].prio) {
+			dst = append(dst, st.levels[i].prio)
+		}
+	}
+	slices.SortFunc(dst, func(a, b uint8) int { return int(b) - int(a) })
+	return dst
+}
