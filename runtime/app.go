@@ -76,7 +76,14 @@ func DLQName(flowletName string) string { return planner.QueueName(flowletName, 
 // ReplayName is the name of the queue `dlq replay` moves dead letters to.
 func ReplayName(flowletName string) string { return planner.QueueName(flowletName, ReplayOutput) }
 
-const dlqMaxEventBytes = queue.DefaultMaxEventBytes + maxErrorBytes + 64<<10
+// MaxPayload is the largest event payload a flowlet may emit (1 MiB); the
+// queues leave room above it for the envelope and keys.
+const MaxPayload = 1 << 20
+
+const (
+	eventMaxBytes    = MaxPayload + 4<<10
+	dlqMaxEventBytes = MaxPayload + maxErrorBytes + 64<<10
+)
 
 // App is a Plan running (or ready to run) in this process on one store.
 type App struct {
@@ -207,7 +214,7 @@ func (a *App) reconcile() error {
 	}
 	var wants []want
 	for _, q := range a.plan.Queues {
-		w := want{name: q.Name, exact: true}
+		w := want{name: q.Name, exact: true, cfg: queue.Config{MaxEventBytes: eventMaxBytes}}
 		for _, g := range q.Groups {
 			w.groups = append(w.groups, queue.Group{Name: g.Name, Strategy: queue.Strategy(g.Strategy), Instances: g.Instances})
 		}

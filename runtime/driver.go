@@ -160,7 +160,7 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 	}
 	for _, o := range f.Outputs {
 		qn := planner.QueueName(f.Name, o)
-		r, err := newRoute(qn, a.plan.Queue(qn).Key, queue.DefaultMaxEventBytes)
+		r, err := newRoute(qn, a.plan.Queue(qn).Key, eventMaxBytes)
 		if err != nil {
 			return nil, err
 		}

@@ -162,3 +162,5 @@ func deadLetters(t testing.TB, dir, fl string) []runtime.DeadLetter {
 	}
 	return out
 }
+
+var flowletScanAll = flowlet.ScanOptions{}

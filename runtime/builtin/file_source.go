@@ -64,8 +64,8 @@ func (s *FileSource) Init(ic flowlet.InitContext) error {
 	if s.perStep, err = c.Int("lines_per_step", 4096); err != nil {
 		return err
 	}
-	if s.maxLine < 1 || s.maxLine > 1<<20-64 {
-		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "max_line_bytes", Msg: fmt.Sprintf("%d not in [1, %d]", s.maxLine, 1<<20-64)}
+	if s.maxLine < 1 || s.maxLine > 1<<20 {
+		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "max_line_bytes", Msg: fmt.Sprintf("%d not in [1, %d]", s.maxLine, 1<<20)}
 	}
 	if s.perStep < 1 {
 		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "lines_per_step", Msg: "must be at least 1"}

@@ -51,7 +51,7 @@ type ingest struct {
 }
 
 // maxEvent keeps an event with its envelope under the queues' 1 MiB limit.
-const maxEvent = 1<<20 - 64
+const maxEvent = 1 << 20
 
 func (s *HTTPSource) Init(ic flowlet.InitContext) error {
 	c := ic.Config

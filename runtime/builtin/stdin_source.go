@@ -50,8 +50,8 @@ func (s *StdinSource) Init(ic flowlet.InitContext) error {
 	if s.perStep, err = c.Int("lines_per_step", 4096); err != nil {
 		return err
 	}
-	if s.maxLine < 1 || s.maxLine > 1<<20-64 || s.perStep < 1 {
-		return &flowlet.ConfigError{Flowlet: ic.Name, Msg: "max_line_bytes must be in [1, 1MiB-64] and lines_per_step >= 1"}
+	if s.maxLine < 1 || s.maxLine > 1<<20 || s.perStep < 1 {
+		return &flowlet.ConfigError{Flowlet: ic.Name, Msg: "max_line_bytes must be in [1, 1MiB] and lines_per_step >= 1"}
 	}
 	if ic.Instances != 1 {
 		return fmt.Errorf("stdin_source %q: instances must be 1", ic.Name)

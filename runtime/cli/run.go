@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -20,6 +21,7 @@ func (g *globals) runCmd() *cobra.Command {
 	var drain, noSync bool
 	var progress string
 	var interval time.Duration
+	var cpuprofile string
 	c := &cobra.Command{
 		Use:   "run APP.yaml",
 		Short: "run an app in the foreground until SIGINT/SIGTERM (or, with --drain, until its input is exhausted)",
@@ -46,6 +48,14 @@ is drawn on stderr (--progress).`,
 			a, err := runtime.Open(plan, runtime.Options{DataDir: g.dataDir(plan.App), NoSync: noSync, Logger: log, Drain: drain})
 			if err != nil {
 				return &exitError{ExitFailure, err}
+			}
+			if cpuprofile != "" {
+				f, err := os.Create(cpuprofile)
+				if err != nil {
+					return &exitError{ExitFailure, err}
+				}
+				pprof.StartCPUProfile(f)
+				defer pprof.StopCPUProfile()
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -84,6 +94,8 @@ is drawn on stderr (--progress).`,
 	f.BoolVar(&noSync, "no-sync", false, "do not fsync commits (survives kill -9, not power loss); faster")
 	f.StringVar(&progress, "progress", "auto", "live progress view on stderr: auto (on a terminal), always or never")
 	f.DurationVar(&interval, "progress-interval", time.Second, "progress view refresh interval")
+	f.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	f.MarkHidden("cpuprofile")
 	g.addJSON(c)
 	c.Flags().Lookup("json").Usage = "at exit, write the final status as JSON to stdout"
 	return c
