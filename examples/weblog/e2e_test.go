@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -29,6 +28,7 @@ import (
 //	WEBLOG_E2E_LINES   lines of the generated log (default 200000)
 //	WEBLOG_E2E_KILLS   kills while the app runs (default 20)
 //	WEBLOG_E2E_SEED    seed of the log and of the kill times (default: random, logged)
+//	WEBLOG_E2E_KILL_MS most milliseconds a run processes before its kill (default 300)
 //	WEBLOG_E2E_KEEP    keep the work directory (logged) instead of removing it
 
 func envInt(t *testing.T, name string, def int) int {
@@ -126,19 +126,25 @@ func TestE2EKillRestart(t *testing.T) {
 		return string(b)
 	}
 
-	// Kill at random moments. The delays grow from a few milliseconds (the
-	// process opening and recovering its store) to about a second, so that
-	// kills land during start-up, recovery and full-speed processing alike.
-	// A run that drains before its kill ends the kill phase early, and the
-	// test fails asking for a longer log.
+	// Kill at random moments: every fourth run at a random time after it
+	// was spawned (often while it opens and recovers its store), the others
+	// at a random time up to killMS after it logged that it runs (while it
+	// processes). A run that drains before its kill ends the kill phase
+	// early, and the test fails asking for a longer log.
+	killMax := time.Duration(envInt(t, "WEBLOG_E2E_KILL_MS", 300)) * time.Millisecond
 	began := time.Now()
 	killed, drained := 0, false
 	for i := 0; i < kills && !drained; i++ {
+		from, _ := os.Stat(stderr)
 		cmd, f := start()
-		maxDelay := 20*time.Millisecond + time.Duration(i+1)*time.Second/time.Duration(kills)
-		delay := time.Duration(rng.Int64N(int64(maxDelay)))
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
+		var timer <-chan time.Time
+		if i%4 == 0 {
+			timer = time.After(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
+		} else {
+			timer = afterRunning(stderr, from, time.Duration(rng.Int64N(int64(killMax))+1))
+		}
 		select {
 		case err := <-done:
 			f.Close()
@@ -146,8 +152,8 @@ func TestE2EKillRestart(t *testing.T) {
 				t.Fatalf("run %d exited on its own: %v\n%s", i, err, tail())
 			}
 			drained = true
-			t.Logf("run %d drained before its kill (after %v)", i, delay)
-		case <-time.After(delay):
+			t.Logf("run %d drained before its kill", i)
+		case <-timer:
 			_ = cmd.Process.Signal(syscall.SIGKILL)
 			err := <-done
 			f.Close()
@@ -165,7 +171,7 @@ func TestE2EKillRestart(t *testing.T) {
 	}
 	t.Logf("killed %d times in %v", killed, time.Since(began).Round(time.Millisecond))
 	if killed < kills {
-		t.Errorf("killed only %d of %d times: the app drained first (raise WEBLOG_E2E_LINES)", killed, kills)
+		t.Errorf("killed only %d of %d times: the app drained first (raise WEBLOG_E2E_LINES or lower WEBLOG_E2E_KILL_MS)", killed, kills)
 	}
 
 	// Let it drain.
@@ -215,7 +221,46 @@ func TestE2EKillRestart(t *testing.T) {
 			dlqRes.Malformed, len(dlqRes.PageViews), res.Malformed)
 	}
 
-	checkHours(t, hours, res.BytesPerHour)
+	checkHours(t, hours, res.BytesPerHour, false)
+
+	// Hours still within their grace when the app drained are flushed by
+	// the next run: then every hour but the latest has its final count as
+	// its last line.
+	time.Sleep(2500 * time.Millisecond)
+	cmd, f = start()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("run after the drain: %v\n%s", err, tail())
+	}
+	f.Close()
+	checkHours(t, hours, res.BytesPerHour, true)
+}
+
+// afterRunning fires d after the app logs that it runs (in file after the
+// first from.Size() bytes), or after 10s if it never does.
+func afterRunning(file string, from os.FileInfo, d time.Duration) <-chan time.Time {
+	var off int64
+	if from != nil {
+		off = from.Size()
+	}
+	ch := make(chan time.Time, 1)
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		buf := make([]byte, 64<<10)
+		for time.Now().Before(deadline) {
+			f, err := os.Open(file)
+			if err == nil {
+				n, _ := f.ReadAt(buf, off)
+				f.Close()
+				if bytes.Contains(buf[:n], []byte("msg=running")) {
+					break
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(d)
+		ch <- time.Now()
+	}()
+	return ch
 }
 
 func run(t *testing.T, name string, args ...string) {
@@ -273,8 +318,9 @@ func checkDeadLetters(t *testing.T, logFile, dlqFile string, malformed int64) {
 // checkHours checks the file sink's flushed hours: JSON objects of hours
 // that exist, never more bytes than the final count. (The last flush of an
 // hour can be older than the final count when a late line reopened it and
-// the app drained within the grace period.)
-func checkHours(t *testing.T, file string, final map[string]int64) {
+// the app drained within the grace period.) With all, every hour but the
+// latest must have been flushed, its last line with the final count.
+func checkHours(t *testing.T, file string, final map[string]int64, all bool) {
 	t.Helper()
 	f, err := os.Open(file)
 	if errors.Is(err, os.ErrNotExist) {
@@ -313,7 +359,7 @@ func checkHours(t *testing.T, file string, final map[string]int64) {
 		}
 	}
 	t.Logf("hours file: %d of %d hours flushed, %d with their final count", len(last), len(final), exact)
-	if len(final) > 1 && len(last) == 0 {
-		t.Error(fmt.Sprintf("hours file: no hour flushed of %d", len(final)))
+	if all && (exact != len(final)-1 || len(last) != len(final)-1) {
+		t.Errorf("hours file: %d of %d hours flushed, %d of them with the final count; want all but the latest hour, final", len(last), len(final), exact)
 	}
 }
