@@ -274,7 +274,7 @@ func (q *queueRT) countDepth(txn *badger.Txn) error {
 		if k, ok := decodeEntryKey(it.Item().Key()); ok && int(k.part) < len(q.index) {
 			ev += int64(k.count)
 			by += int64(k.size)
-			q.index[k.part].raise(k.prio, k.wp)
+			q.index[k.part].raise(k.prio, k.wp, k.chunk+1)
 		}
 	}
 	q.events.Store(ev)

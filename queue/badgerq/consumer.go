@@ -206,6 +206,11 @@ func (c *consumer) readPartition(it *badger.Iterator, p int, w *work, max int, o
 		for i := 0; i < len(ls.holes) && len(out) < max; {
 			h := &ls.holes[i]
 			switch {
+			case t.Owns(h.wp):
+				// The transaction's own enqueues into this queue land when
+				// it commits: keep the hole for a later transaction.
+				i++
+				continue
 			case t.Visible(h.wp):
 				var done bool
 				out, done, err = c.readRun(it, lp, p, prio, w, h, h.wp, h.wp, max, out)
@@ -300,8 +305,8 @@ func (c *consumer) readRun(it *badger.Iterator, lp []byte, p int, prio uint8, w 
 			start = pos.idx
 		}
 		after := position{wp: k.wp, chunk: k.chunk + 1}
-		if !t.Visible(k.wp) {
-			if k.wp >= t.FirstInProgress() {
+		if !t.Visible(k.wp) || t.Owns(k.wp) {
+			if k.wp >= t.FirstInProgress() || t.Owns(k.wp) {
 				// In progress, data already persisted (general path): a hole.
 				addHole(w.st.level(prio), k.wp)
 			}
@@ -415,7 +420,20 @@ func (c *consumer) PostCommit() {
 
 // Rollback restores the committed states it overwrote (general path) and
 // gives the partitions back; the same entries will be read again.
+//
+// A partition where the transaction delivered and expired nothing changed
+// only by facts that hold whatever the transaction's fate: positions moved
+// over settled pointers, holes found empty or invalid. Those changes are kept
+// in memory (the next commit there makes them durable), so that a consumer
+// that aborts its empty steps does not re-read the same partitions forever.
 func (c *consumer) Rollback() error {
+	c.q.mu.Lock()
+	for _, w := range c.work {
+		if w.changed && w.delivered == 0 && w.expired == 0 && w.slot.owner == c {
+			w.slot.committed = stateVersion{wp: w.prev.wp, st: w.st}
+		}
+	}
+	c.q.mu.Unlock()
 	var err error
 	if c.persisted {
 		wb := c.b.db.NewWriteBatch()

@@ -8,8 +8,8 @@ import (
 )
 
 // partIndex is the in-memory index of one partition: for every priority
-// level that holds (or held, since Open) entries, the highest producer write
-// pointer written there. Producers raise it before their commit becomes
+// level that holds (or held, since Open) entries, the end of the newest
+// entry written there (its producer's write pointer and last chunk + 1). Producers raise it before their commit becomes
 // visible (Stage on the fast path, Persist on the general path), and Open
 // rebuilds it from the entry keys, so it is never behind what a consumer's
 // transaction may see. Consumers use it to skip partitions with nothing to
@@ -21,22 +21,25 @@ type partIndex struct {
 }
 
 type levelMax struct {
-	prio  uint8
-	maxWP uint64
+	prio uint8
+	end  position // a scan position at or past end has read the level's newest entry
 }
 
-// raise records that wp wrote into level prio.
-func (ix *partIndex) raise(prio uint8, wp uint64) {
+// raise records that wp wrote chunks 0..chunks-1 into level prio.
+func (ix *partIndex) raise(prio uint8, wp uint64, chunks uint32) {
+	end := position{wp: wp, chunk: chunks}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for i := range ix.levels {
 		if ix.levels[i].prio == prio {
-			ix.levels[i].maxWP = max(ix.levels[i].maxWP, wp)
+			if ix.levels[i].end.less(end) {
+				ix.levels[i].end = end
+			}
 			return
 		}
 	}
 	i, _ := slices.BinarySearchFunc(ix.levels, prio, func(l levelMax, p uint8) int { return int(p) - int(l.prio) })
-	ix.levels = slices.Insert(ix.levels, i, levelMax{prio: prio, maxWP: wp})
+	ix.levels = slices.Insert(ix.levels, i, levelMax{prio: prio, end: end})
 }
 
 // snapshot appends the levels to dst.
@@ -56,7 +59,7 @@ func (ix *partIndex) mayHaveWork(st *partState, t *tx.Tx) bool {
 	ix.mu.Lock()
 	for _, lm := range ix.levels {
 		l := st.find(lm.prio)
-		if l == nil || l.pos.wp <= lm.maxWP {
+		if l == nil || l.pos.less(lm.end) {
 			ix.mu.Unlock()
 			return true
 		}

@@ -115,7 +115,7 @@ func (p *producer) Store() any { return p.b.db }
 func (p *producer) Stage(dst []tx.Write) ([]tx.Write, error) {
 	ms := p.b.opts.Now().UnixMilli()
 	for _, rb := range p.bufs {
-		p.q.index[rb.part].raise(rb.prio, p.t.WritePointer)
+		p.q.index[rb.part].raise(rb.prio, p.t.WritePointer, uint32(len(rb.chunks)))
 	}
 	for _, rb := range p.bufs {
 		for i, c := range rb.chunks {

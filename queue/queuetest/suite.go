@@ -43,6 +43,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 		{"ProducerAbortLeavesNothing", testProducerAbort},
 		{"OlderProducerCommitsLate", testOlderProducer},
 		{"OlderProducerNewPriority", testOlderProducerNewPriority},
+		{"ConsumerFeedsOwnQueue", testConsumerFeedsOwnQueue},
 		{"Priorities", testPriorities},
 		{"RescaleUnderLoad", testRescale},
 		{"TTL", testTTL},
@@ -374,6 +375,32 @@ func testOlderProducerNewPriority(t *testing.T, e *Env) {
 	expectExactly(t, payloads(drain(t, e, c, 10)), "old", 1)
 	produce(t, e, "q", "later", 2, 1, nil)
 	expectExactly(t, payloads(drain(t, e, c, 10)), "later", 2)
+}
+
+// testConsumerFeedsOwnQueue: a step that dequeues from a queue and enqueues
+// into the same queue (a retry loop). Another instance's transaction passes
+// the step's pointer while it runs, so the pointer is a hole when the step
+// itself dequeues; the step must not settle its own pointer (its events land
+// only when it commits).
+func testConsumerFeedsOwnQueue(t *testing.T, e *Env) {
+	must(t, e.Queues.CreateQueue("q", queue.Config{Partitions: 1}))
+	must(t, e.Queues.AddGroup("q", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 2}))
+	c0, _ := e.Queues.Consumer("q", "g", 0)
+	c1, _ := e.Queues.Consumer("q", "g", 1)
+	p, _ := e.Queues.Producer("q")
+	loop := e.Coord.NewContext(c0, p)
+	_, err := loop.Start(10 * time.Second)
+	must(t, err)
+	produce(t, e, "q", "a", 1, 1, nil)
+	expectExactly(t, payloads(drain(t, e, c1, 10)), "a", 1)
+	got, err := c0.Dequeue(10)
+	must(t, err)
+	if len(got) != 0 {
+		t.Fatalf("loop step dequeued %v", payloads(got))
+	}
+	must(t, p.Enqueue(context.Background(), ev("b-0")))
+	must(t, loop.Finish())
+	expectExactly(t, payloads(drain(t, e, c1, 10)), "b", 1)
 }
 
 func testPriorities(t *testing.T, e *Env) {
