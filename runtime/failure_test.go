@@ -1,0 +1,232 @@
+package runtime_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/runtime"
+)
+
+// rmw increments one table key by read-modify-write: concurrent instances
+// conflict on it, and every conflict must be retried, never lost.
+type rmw struct{}
+
+func (rmw) Process(ctx flowlet.Context, ev flowlet.Event) error {
+	t := ctx.State("sum")
+	v, _, err := t.Get([]byte("k"))
+	if err != nil {
+		return err
+	}
+	var n uint64
+	if len(v) == 8 {
+		n = binary.BigEndian.Uint64(v)
+	}
+	return t.Put([]byte("k"), binary.BigEndian.AppendUint64(nil, n+1))
+}
+
+// slow sleeps in every event until the step's context is cancelled or 2ms
+// passed, to keep steps in flight when the app is stopped.
+type slow struct{}
+
+func (slow) Process(ctx flowlet.Context, ev flowlet.Event) error {
+	select {
+	case <-ctx.Done():
+	case <-time.After(2 * time.Millisecond):
+	}
+	return ctx.Counters("n").Add([]byte("total"), 1)
+}
+
+func init() {
+	flowlet.Register("t_rmw", func() flowlet.Flowlet { return rmw{} }, flowlet.TypeInfo{Sink: true})
+	flowlet.Register("t_slow", func() flowlet.Flowlet { return slow{} }, flowlet.TypeInfo{Sink: true})
+}
+
+func TestConflictRetry(t *testing.T) {
+	dir := t.TempDir()
+	a := runDrain(t, dir, `
+app: t
+flowlets:
+  gen: {type: generator, instances: 2, config: {count: 2000}}
+  sum: {type: t_rmw, instances: 4, batch_size: 5}
+connections:
+  - {from: gen, to: sum, strategy: round_robin}
+`, runtime.Options{NoSync: true})
+	defer a.Close()
+	var got uint64
+	a.View("sum", func(r runtime.StateReader) error {
+		v, _, err := r.Table("sum").Get([]byte("k"))
+		got = binary.BigEndian.Uint64(v)
+		return err
+	})
+	if got != 2000 {
+		t.Errorf("sum = %d, want 2000", got)
+	}
+	st := a.Status()
+	var conflicts uint64
+	for _, f := range st.Flowlets {
+		conflicts += f.Conflicts
+	}
+	if conflicts == 0 || st.Tx.Conflicts == 0 {
+		t.Errorf("no conflicts among 4 instances writing one key: %+v", st.Tx)
+	}
+	t.Logf("%d conflicts retried", conflicts)
+}
+
+func TestEmitErrorsAreFailures(t *testing.T) {
+	// t_count emits on a hash queue without its key and ignores the error:
+	// the event must still fail (and reach the DLQ), not vanish.
+	dir := t.TempDir()
+	a := runDrain(t, dir, `
+app: t
+flowlets:
+  gen: {type: generator, config: {count: 3}}
+  mid: {type: t_count, retries: {max: 0}, config: {emit: true, ignore_emit_err: true}}
+  cnt: {type: t_count}
+connections:
+  - {from: gen, to: mid}
+  - {from: mid, to: cnt, strategy: hash, key: p}
+`, runtime.Options{NoSync: true})
+	if n := counter(t, a, "cnt", "n", "total"); n != 0 {
+		t.Errorf("cnt got %d events", n)
+	}
+	if n := counter(t, a, "mid", "n", "total"); n != 0 {
+		t.Errorf("failed events' counter writes committed: %d", n)
+	}
+	a.Close()
+	dl := deadLetters(t, filepath.Join(dir, "data"), "mid")
+	if len(dl) != 3 || !strings.Contains(dl[0].Error, `without partition key "p"`) {
+		t.Fatalf("dead letters: %+v", dl)
+	}
+}
+
+func TestRestartResumes(t *testing.T) {
+	// Stop a run mid-way (context cancelled while steps are in flight), then
+	// run again to the end: every event counted exactly once.
+	dir := t.TempDir()
+	yaml := `
+app: t
+flowlets:
+  gen: {type: generator, config: {count: 900, rate: 1500}}
+  s: {type: t_slow, instances: 3, batch_size: 20}
+connections:
+  - {from: gen, to: s}
+`
+	opts := runtime.Options{NoSync: true, DataDir: filepath.Join(dir, "data")}
+	for run := 0; run < 3; run++ {
+		a, err := runtime.Open(plan(t, dir, yaml), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		err = a.Run(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := runDrain(t, dir, yaml, opts)
+	defer a.Close()
+	if n := counter(t, a, "s", "n", "total"); n != 900 {
+		t.Errorf("total after restarts = %d, want 900", n)
+	}
+	if st := a.TxStats(); st.Invalidated != 0 {
+		t.Logf("invalidated (recovered in-progress): %d", st.Invalidated)
+	}
+}
+
+func TestSIGTERMMidStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child process")
+	}
+	dir := t.TempDir()
+	writeApp(t, dir, `
+app: sig
+flowlets:
+  gen: {type: generator, config: {count: 1500, rate: 3000}}
+  s: {type: t_slow, instances: 2, batch_size: 50}
+connections:
+  - {from: gen, to: s}
+`)
+	for i := 0; i < 2; i++ {
+		cmd := cliCmd(t, dir, "run", "app.yaml", "--no-sync", "--log-level", "warn")
+		var out bytes.Buffer
+		cmd.Stderr = &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("SIGTERM: exit %v, want 0\n%s", err, out.String())
+		}
+	}
+	if out, err := cliCmd(t, dir, "run", "app.yaml", "--drain", "--no-sync").CombinedOutput(); err != nil {
+		t.Fatalf("drain: %v\n%s", err, out)
+	}
+	out, err := cliCmd(t, dir, "state", "get", "sig", "s", "n", "total").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "1500" {
+		t.Fatalf("state get: %q %v", out, err)
+	}
+}
+
+func TestIdleAppUsesNoCPU(t *testing.T) {
+	dir := t.TempDir()
+	opts := runtime.Options{NoSync: true, DataDir: filepath.Join(dir, "data")}
+	input := filepath.Join(dir, "in.txt")
+	os.WriteFile(input, []byte("a\nb\n"), 0o644)
+	a, err := runtime.Open(plan(t, dir, `
+app: t
+flowlets:
+  src: {type: file_source, config: {path: `+input+`, follow: true}}
+  a: {type: t_count, instances: 4, config: {emit: true}}
+  b: {type: t_count, instances: 4}
+connections:
+  - {from: src, to: a}
+  - {from: a, to: b}
+`), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for counter(t, a, "b", "n", "total") != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("events did not arrive")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	before := cpuTime()
+	wall := time.Now()
+	time.Sleep(2 * time.Second)
+	used := cpuTime() - before
+	share := float64(used) / float64(time.Since(wall))
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("idle app: %v CPU in 2s (%.2f%% of a core)", used, 100*share)
+	if share > 0.05 {
+		t.Errorf("idle app used %.1f%% of a core (%v in 2s)", 100*share, used)
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
