@@ -102,6 +102,7 @@ type App struct {
 	wm       *state.Watermark
 
 	sourcesLeft atomic.Int64
+	unsettled   atomic.Int64 // instances not started yet or waiting to retry
 	sourceErr   atomic.Pointer[error]
 	drained     atomic.Bool
 	fatal       chan error
@@ -335,6 +336,7 @@ func (a *App) Run(ctx context.Context) error {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
+	a.unsettled.Add(int64(len(a.instances)))
 	for _, in := range a.instances {
 		wg.Add(1)
 		go func() {

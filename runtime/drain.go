@@ -12,7 +12,7 @@ func (a *App) drain(ctx context.Context) error {
 	defer poll.Stop()
 	waitEmpty := func() bool {
 		for {
-			if a.sourcesLeft.Load() == 0 {
+			if a.sourcesLeft.Load() == 0 && a.unsettled.Load() == 0 {
 				empty, err := a.queuesEmpty()
 				if err != nil {
 					a.log.Warn("drain: queue info", "err", err)

@@ -225,6 +225,7 @@ func fatalErr(err error) bool {
 
 // run drives the instance until ctx is done (or the source ended).
 func (in *instance) run(ctx context.Context) error {
+	defer in.a.unsettled.Add(-1) // if it never settled
 	if in.pub != nil {
 		if err := in.publish(ctx); err != nil {
 			return err
@@ -234,6 +235,8 @@ func (in *instance) run(ctx context.Context) error {
 			_ = in.publish(context.WithoutCancel(ctx))
 		}()
 	}
+	in.a.unsettled.Add(-1) // started
+	defer in.a.unsettled.Add(1)
 	if in.src != nil {
 		return in.runSource(ctx)
 	}
@@ -332,6 +335,14 @@ func (in *instance) backoff(n int) time.Duration {
 		d *= 2
 	}
 	return min(d, in.fl.Retry.MaxBackoff)
+}
+
+// retryWait waits before a retry; the app does not count as drained while
+// any instance waits to retry.
+func (in *instance) retryWait(ctx context.Context, d time.Duration) {
+	in.a.unsettled.Add(1)
+	defer in.a.unsettled.Add(-1)
+	sleep(ctx, d)
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -451,7 +462,7 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 		}
 		if wait > 0 {
 			in.rollback()
-			sleep(ctx, wait)
+			in.retryWait(ctx, wait)
 			continue
 		}
 		conflict, err := in.finish(sc)
@@ -469,7 +480,7 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 			for _, e := range evs {
 				n = max(n, in.fail(e.id, err))
 			}
-			sleep(ctx, in.backoff(n))
+			in.retryWait(ctx, in.backoff(n))
 			continue
 		}
 		for _, e := range evs {
@@ -683,7 +694,7 @@ func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 			if tries > in.fl.Retry.Max {
 				return srcMore, gerr
 			}
-			sleep(ctx, in.backoff(tries))
+			in.retryWait(ctx, in.backoff(tries))
 			continue
 		}
 		if sc.empty() && res != srcEnd {
@@ -708,7 +719,7 @@ func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 			if tries > in.fl.Retry.Max {
 				return srcMore, err
 			}
-			sleep(ctx, in.backoff(tries))
+			in.retryWait(ctx, in.backoff(tries))
 			continue
 		}
 		n := len(sc.emits)
@@ -725,9 +736,18 @@ func (in *instance) tick(ctx context.Context) error {
 	return in.ownStep(ctx, "tick", func(sc *stepCtx) error { return in.ticker.Tick(sc) })
 }
 
+// publish runs Publish in a transaction of its own. A sink that cannot
+// publish after the retries stops the app: its output would silently fall
+// behind otherwise.
 func (in *instance) publish(ctx context.Context) error {
 	return in.ownStep(ctx, "publish", func(sc *stepCtx) error { return in.pub.Publish(sc) })
 }
+
+// errGaveUp marks an own step (publish) that failed after every retry.
+type errGaveUp struct{ err error }
+
+func (e *errGaveUp) Error() string { return e.err.Error() }
+func (e *errGaveUp) Unwrap() error { return e.err }
 
 func (in *instance) ownStep(ctx context.Context, what string, fn func(*stepCtx) error) error {
 	tries := 0
@@ -749,10 +769,13 @@ func (in *instance) ownStep(ctx context.Context, what string, fn func(*stepCtx) 
 			in.logFailure(fmt.Errorf("%s: %w", what, ferr), 0)
 			in.st.failed.Add(1)
 			if tries <= in.fl.Retry.Max {
-				sleep(ctx, in.backoff(tries))
+				in.retryWait(ctx, in.backoff(tries))
 				continue
 			}
-			// Give up on this one: record it, commit the record.
+			if what == "publish" {
+				return &errGaveUp{fmt.Errorf("flowlet %q instance %d: publish failed after %d attempts: %w", in.fl.Name, in.idx, tries, ferr)}
+			}
+			// Give up on this tick: record it, commit the record.
 			if sc, err = in.start(ctx); err != nil {
 				return err
 			}
@@ -776,7 +799,7 @@ func (in *instance) ownStep(ctx context.Context, what string, fn func(*stepCtx) 
 			if tries > in.fl.Retry.Max {
 				return nil
 			}
-			sleep(ctx, in.backoff(tries))
+			in.retryWait(ctx, in.backoff(tries))
 			continue
 		}
 		return nil

@@ -164,3 +164,7 @@ func deadLetters(t testing.TB, dir, fl string) []runtime.DeadLetter {
 }
 
 var flowletScanAll = flowlet.ScanOptions{}
+
+func contextWithCancel() (context.Context, context.CancelFunc) {
+	return context.WithCancel(context.Background())
+}
