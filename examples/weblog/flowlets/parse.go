@@ -143,17 +143,26 @@ func splitFields(b []byte, f *fields) bool {
 			return nil
 		}
 		start := pos + 1
-		for i := start; i < len(b); i++ {
-			switch b[i] {
-			case '\\':
-				i++ // the escaped byte, whatever it is (past the end: no closing quote)
-			case '"':
-				pos = i + 1
-				return b[start:i]
+		for i := start; ; {
+			j := bytes.IndexByte(b[i:], '"')
+			if j < 0 {
+				ok = false
+				return nil
+			}
+			q := i + j
+			k := bytes.IndexByte(b[i:q], '\\')
+			if k < 0 {
+				pos = q + 1
+				return b[start:q]
+			}
+			// b[i+k] escapes the byte after it, whatever it is; a backslash
+			// that is the last byte leaves no closing quote.
+			i += k + 2
+			if i > len(b) {
+				ok = false
+				return nil
 			}
 		}
-		ok = false
-		return nil
 	}
 	space := func() {
 		if pos >= len(b) || b[pos] != ' ' {
@@ -440,14 +449,17 @@ func asciiFoldEqual(b []byte, s string) bool {
 func (p *LineParser) normalise(t []byte) []byte {
 	if n := schemeLen(t); n > 0 && t[0] != '/' {
 		t = t[n:]
-		if i := bytes.IndexAny(t, "/?#"); i >= 0 {
-			t = t[i:]
-		} else {
-			t = t[:0]
+		i := 0
+		for i < len(t) && t[i] != '/' && t[i] != '?' && t[i] != '#' {
+			i++
 		}
+		t = t[i:]
 	}
-	if i := bytes.IndexAny(t, "?#"); i >= 0 {
-		t = t[:i]
+	for i, c := range t {
+		if c == '?' || c == '#' {
+			t = t[:i]
+			break
+		}
 	}
 	if bytes.Contains(t, []byte("//")) {
 		out := p.scratch[:0]
