@@ -125,6 +125,7 @@ type queueRT struct {
 	events, bytes       atomic.Int64 // committed, not evicted
 	resEvents, resBytes atomic.Int64 // reserved by in-flight producers
 	expired             atomic.Int64 // evicted by TTL before every group read them
+	evictedBytes        atomic.Int64 // payload bytes evicted since Open, for space reclaim
 	spaceMu             sync.Mutex
 	space               chan struct{} // closed when depth shrinks
 	rr                  atomic.Uint32 // producers' rotating start partition

@@ -153,10 +153,8 @@ func (c *consumer) Dequeue(max int) ([]queue.Entry, error) {
 	c.now = c.b.opts.Now()
 	// Opened at the first partition worth reading.
 	var txn *badger.Txn
-	var it *badger.Iterator
 	defer func() {
-		if it != nil {
-			it.Close()
+		if txn != nil {
 			txn.Discard()
 		}
 	}()
@@ -172,11 +170,10 @@ func (c *consumer) Dequeue(max int) ([]queue.Entry, error) {
 		if w == nil {
 			continue
 		}
-		if it == nil {
+		if txn == nil {
 			txn = c.b.db.NewTransaction(false)
-			it = txn.NewIterator(badger.IteratorOptions{Prefix: queuePrefix(c.q.id)})
 		}
-		if out, err = c.readPartition(it, p, w, max, out); err != nil {
+		if out, err = c.readPartition(txn, p, w, max, out); err != nil {
 			return nil, err
 		}
 		if !had && !w.changed {
@@ -191,78 +188,98 @@ func (c *consumer) Dequeue(max int) ([]queue.Entry, error) {
 
 // readPartition appends up to max-len(out) entries of partition p, highest
 // priority level first.
-func (c *consumer) readPartition(it *badger.Iterator, p int, w *work, max int, out []queue.Entry) ([]queue.Entry, error) {
+//
+// Each level gets its own iterator bounded by the level's prefix: Badger's
+// iterator skips deleted keys until it finds a live one or leaves its
+// prefix, so an iterator over the whole queue would walk, at the end of
+// every level, over the tombstones of everything evicted after it.
+func (c *consumer) readPartition(txn *badger.Txn, p int, w *work, max int, out []queue.Entry) ([]queue.Entry, error) {
 	c.idx = c.q.index[p].snapshot(c.idx[:0])
 	c.prios = levelsToRead(c.prios[:0], c.idx, &w.st)
-	t := c.t
 	for _, prio := range c.prios {
 		if len(out) >= max {
 			break
 		}
+		if !levelMayHaveWork(c.idx, prio, w.st.find(prio), c.t) {
+			continue
+		}
 		ls := w.st.level(prio)
 		lp := levelPrefix(c.q.id, uint16(p), prio)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: lp})
 		var err error
-		// Holes first: they are older than anything at the scan position.
-		for i := 0; i < len(ls.holes) && len(out) < max; {
-			h := &ls.holes[i]
-			switch {
-			case t.Owns(h.wp):
-				// The transaction's own enqueues into this queue land when
-				// it commits: keep the hole for a later transaction.
-				i++
-				continue
-			case t.Visible(h.wp):
-				var done bool
-				out, done, err = c.readRun(it, lp, p, prio, w, h, h.wp, h.wp, max, out)
-				if err != nil {
-					return nil, err
-				}
-				if !done {
-					i++
-					continue
-				}
-			case h.wp < t.FirstInProgress():
-				// invalid: never visible, nothing to read
-			default:
-				i++
-				continue
-			}
-			ls.holes = slices.Delete(ls.holes, i, i+1)
-			w.changed = true
-		}
-		if len(out) >= max {
-			break
-		}
-		old := ls.pos
-		var end bool
-		out, end, err = c.readRun(it, lp, p, prio, w, &ls.pos, 0, t.ReadPointer(), max, out)
+		out, err = c.readLevel(it, lp, p, prio, w, ls, max, out)
+		it.Close()
 		if err != nil {
 			return nil, err
 		}
-		// Every in-progress pointer the scan passed (it delivered a newer
-		// entry) may still commit behind the position: a hole.
+	}
+	return out, nil
+}
+
+// readLevel reads one priority level: holes first, then from the position.
+func (c *consumer) readLevel(it *badger.Iterator, lp []byte, p int, prio uint8, w *work, ls *levelState, max int, out []queue.Entry) ([]queue.Entry, error) {
+	t := c.t
+	var err error
+	// Holes first: they are older than anything at the scan position.
+	for i := 0; i < len(ls.holes) && len(out) < max; {
+		h := &ls.holes[i]
+		switch {
+		case t.Owns(h.wp):
+			// The transaction's own enqueues into this queue land when it
+			// commits: keep the hole for a later transaction.
+			i++
+			continue
+		case t.Visible(h.wp):
+			var done bool
+			out, done, err = c.readRun(it, lp, p, prio, w, h, h.wp, h.wp, max, out)
+			if err != nil {
+				return nil, err
+			}
+			if !done {
+				i++
+				continue
+			}
+		case h.wp < t.FirstInProgress():
+			// invalid: never visible, nothing to read
+		default:
+			i++
+			continue
+		}
+		ls.holes = slices.Delete(ls.holes, i, i+1)
+		w.changed = true
+	}
+	if len(out) >= max {
+		return out, nil
+	}
+	old := ls.pos
+	var end bool
+	out, end, err = c.readRun(it, lp, p, prio, w, &ls.pos, 0, t.ReadPointer(), max, out)
+	if err != nil {
+		return nil, err
+	}
+	// Every in-progress pointer the scan passed (it delivered a newer entry)
+	// may still commit behind the position: a hole.
+	for _, ip := range t.InProgress() {
+		if ip >= old.wp && ip < ls.pos.wp {
+			addHole(ls, ip)
+			w.changed = true
+		}
+	}
+	if end {
+		// Nothing more t may see: move up to the first pointer still in
+		// progress (or past the read pointer), passing only settled
+		// pointers, so that the jump makes no holes and the partition index
+		// can tell the level is done.
+		target := t.ReadPointer() + 1
 		for _, ip := range t.InProgress() {
-			if ip >= old.wp && ip < ls.pos.wp {
-				addHole(ls, ip)
-				w.changed = true
+			if ip >= ls.pos.wp {
+				target = min(target, ip)
+				break
 			}
 		}
-		if end {
-			// Nothing more t may see: move up to the first pointer still in
-			// progress (or past the read pointer), passing only settled
-			// pointers, so that the jump makes no holes and the partition
-			// index can tell the level is done.
-			target := t.ReadPointer() + 1
-			for _, ip := range t.InProgress() {
-				if ip >= ls.pos.wp {
-					target = min(target, ip)
-					break
-				}
-			}
-			if target > ls.pos.wp {
-				ls.pos = position{wp: target}
-				w.changed = true
-			}
+		if target > ls.pos.wp {
+			ls.pos = position{wp: target}
+			w.changed = true
 		}
 	}
 	return out, nil

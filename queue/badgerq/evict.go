@@ -29,6 +29,11 @@ func (b *Backend) evict() error {
 
 // evictQueue returns the lowest bound it kept data above: no data of any
 // transaction below it remains in this queue (for invalid-list pruning).
+//
+// Levels come from the partition index, and each level is read with its own
+// iterator from where the previous pass stopped (evictFrom), so a pass does
+// not walk over the tombstones of earlier passes, which stay in the LSM
+// until compaction drops them.
 func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 	now := b.opts.Now()
 	ttl := q.cfg.TTL
@@ -39,9 +44,8 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 	defer wb.Cancel()
 	txn := b.db.NewTransaction(false)
 	defer txn.Discard()
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: queuePrefix(q.id)})
-	defer it.Close()
 
+	var levels []levelMax
 	for p := 0; p < q.cfg.Partitions; p++ {
 		states, deleted := q.evictViews(p)
 		if deleted {
@@ -52,16 +56,10 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 				low = min(low, st.levels[i].cursor())
 			}
 		}
-		pp := partPrefix(q.id, uint16(p))
-		next := 0
-		for next <= maxPriorInv {
-			it.Seek(append(pp, byte(next)))
-			if !it.ValidForPrefix(pp) {
-				break
-			}
-			inv := it.Item().Key()[partPfxLen]
-			next = int(inv) + 1
-			prio := maxPriorInv - inv
+		ix := &q.index[p]
+		levels = ix.snapshot(levels[:0])
+		for _, lm := range levels {
+			prio := lm.prio
 			bound := uint64(0)
 			if len(states) > 0 {
 				bound = ^uint64(0)
@@ -75,7 +73,10 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 				}
 			}
 			lp := levelPrefix(q.id, uint16(p), prio)
-			for ; it.ValidForPrefix(lp); it.Next() {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: lp})
+			kept := ^uint64(0)
+			var err error
+			for it.Seek(entrySeek(q.id, uint16(p), prio, lm.evictFrom, 0)); it.ValidForPrefix(lp); it.Next() {
 				k, ok := decodeEntryKey(it.Item().Key())
 				if !ok {
 					continue
@@ -83,11 +84,12 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 				consumed := k.wp < bound
 				stale := ttl > 0 && now.Sub(time.UnixMilli(k.ms)) > ttl
 				if !consumed && !stale {
+					kept = k.wp
 					low = min(low, k.wp)
 					break
 				}
-				if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
-					return low, err
+				if err = wb.Delete(it.Item().KeyCopy(nil)); err != nil {
+					break
 				}
 				delEvents += int64(k.count)
 				delBytes += int64(k.size)
@@ -95,6 +97,14 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 					expired += int64(k.count)
 				}
 			}
+			it.Close()
+			if err != nil {
+				return low, err
+			}
+			// Nothing can land below min(bound, kept) any more: a producer
+			// still in flight with a lower pointer is a hole of some group,
+			// and holes are at or above the group's cursor.
+			ix.setEvictFrom(prio, max(lm.evictFrom, min(bound, kept)))
 		}
 	}
 	if err := wb.Flush(); err != nil {
@@ -104,6 +114,7 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 		q.events.Add(-delEvents)
 		q.bytes.Add(-delBytes)
 		q.expired.Add(expired)
+		q.evictedBytes.Add(delBytes)
 		q.signalSpace()
 	}
 	return low, nil

@@ -23,6 +23,21 @@ type partIndex struct {
 type levelMax struct {
 	prio uint8
 	end  position // a scan position at or past end has read the level's newest entry
+	// evictFrom: eviction deleted every entry below this pointer, and none
+	// can land there any more; the next pass seeks here.
+	evictFrom uint64
+}
+
+// setEvictFrom records where eviction of level prio starts next time.
+func (ix *partIndex) setEvictFrom(prio uint8, wp uint64) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for i := range ix.levels {
+		if ix.levels[i].prio == prio {
+			ix.levels[i].evictFrom = wp
+			return
+		}
+	}
 }
 
 // raise records that wp wrote chunks 0..chunks-1 into level prio.
@@ -65,12 +80,33 @@ func (ix *partIndex) mayHaveWork(st *partState, t *tx.Tx) bool {
 		}
 	}
 	ix.mu.Unlock()
-	fip := t.FirstInProgress()
 	for i := range st.levels {
-		for _, h := range st.levels[i].holes {
-			if h.wp < fip || t.Visible(h.wp) {
-				return true
-			}
+		if resolvableHole(&st.levels[i], t) {
+			return true
+		}
+	}
+	return false
+}
+
+// levelMayHaveWork is mayHaveWork for one level, against a snapshot of the
+// index; l is nil when the group has no state there yet.
+func levelMayHaveWork(idx []levelMax, prio uint8, l *levelState, t *tx.Tx) bool {
+	for _, lm := range idx {
+		if lm.prio == prio && (l == nil || l.pos.less(lm.end)) {
+			return true
+		}
+	}
+	return l != nil && resolvableHole(l, t)
+}
+
+// resolvableHole reports whether t can settle one of l's holes: its
+// producer is now visible (read it, or find it wrote nothing here) or it is
+// known invalid.
+func resolvableHole(l *levelState, t *tx.Tx) bool {
+	fip := t.FirstInProgress()
+	for _, h := range l.holes {
+		if h.wp < fip || t.Visible(h.wp) {
+			return true
 		}
 	}
 	return false
