@@ -94,7 +94,7 @@ type App struct {
 
 	instances []*instance
 	flowlets  []*flowletRT
-	subs      map[string][]chan struct{} // queue → wake channels of its consumers
+	subs      map[string][]*input // queue → the instances' inputs on it
 	fastPath  bool
 	busy      atomic.Int64 // steps in flight that hold input
 
@@ -154,7 +154,7 @@ func ParseFile(path string) (*planner.Plan, error) {
 // until Run.
 func Open(plan *planner.Plan, opts Options) (*App, error) {
 	opts.withDefaults(plan.App)
-	a := &App{plan: plan, opts: opts, log: opts.Logger, subs: map[string][]chan struct{}{}, fatal: make(chan error, 1)}
+	a := &App{plan: plan, opts: opts, log: opts.Logger, subs: map[string][]*input{}, fatal: make(chan error, 1)}
 	if err := a.checkPlan(); err != nil {
 		return nil, err
 	}
@@ -309,15 +309,17 @@ func (a *App) Plan() *planner.Plan { return a.plan }
 // DataDir returns the app's store directory.
 func (a *App) DataDir() string { return a.opts.DataDir }
 
-func (a *App) subscribe(queueName string, ch chan struct{}) {
-	a.subs[queueName] = append(a.subs[queueName], ch)
+func (a *App) subscribe(queueName string, in *input) {
+	in.dirty.Store(true) // unknown until the first dequeue
+	a.subs[queueName] = append(a.subs[queueName], in)
 }
 
 // notify wakes the consumers of a queue after a commit that enqueued to it.
 func (a *App) notify(queueName string) {
-	for _, ch := range a.subs[queueName] {
+	for _, in := range a.subs[queueName] {
+		in.dirty.Store(true)
 		select {
-		case ch <- struct{}{}:
+		case in.wake <- struct{}{}:
 		default:
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
@@ -49,6 +50,10 @@ type route struct {
 
 // input is one queue an instance consumes.
 type input struct {
+	// dirty: a producer committed to the queue since the last dequeue found
+	// it empty (set before the owner is woken, cleared before a dequeue).
+	dirty  atomic.Bool
+	wake   chan struct{}
 	queue  string
 	key    string // the queue's partition key name
 	c      queue.Consumer
@@ -136,9 +141,10 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 		if err != nil {
 			return nil, fmt.Errorf("flowlet %q: consumer of %s: %w", f.Name, qn, err)
 		}
-		in.inputs = append(in.inputs, &input{queue: qn, key: a.plan.Queue(qn).Key, c: c})
+		inp := &input{queue: qn, key: a.plan.Queue(qn).Key, c: c, wake: in.wake}
+		in.inputs = append(in.inputs, inp)
 		parts = append(parts, c)
-		a.subscribe(qn, in.wake)
+		a.subscribe(qn, inp)
 	}
 	if len(f.Inputs) > 0 {
 		rq := ReplayName(f.Name)
@@ -146,9 +152,10 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 		if err != nil {
 			return nil, fmt.Errorf("flowlet %q: consumer of %s: %w", f.Name, rq, err)
 		}
-		in.inputs = append(in.inputs, &input{queue: rq, c: c, replay: true})
+		inp := &input{queue: rq, c: c, replay: true, wake: in.wake}
+		in.inputs = append(in.inputs, inp)
 		parts = append(parts, c)
-		a.subscribe(rq, in.wake)
+		a.subscribe(rq, inp)
 	}
 	newRoute := func(qn, key string, max int) (*route, error) {
 		p, err := qs.Producer(qn)
@@ -520,9 +527,18 @@ func (in *instance) dequeue() ([]inEvent, error) {
 	n := len(in.inputs)
 	for i := 0; i < n && len(out) < limit; i++ {
 		inp := in.inputs[(in.next+i)%n]
-		entries, err := inp.c.Dequeue(limit - len(out))
+		if !inp.dirty.Swap(false) {
+			continue // found empty, and nothing committed to it since
+		}
+		want := limit - len(out)
+		entries, err := inp.c.Dequeue(want)
 		if err != nil {
+			inp.dirty.Store(true)
 			return nil, fmt.Errorf("%s: %w", inp.queue, err)
+		}
+		if len(entries) > 0 {
+			// More may be there; and an abort must find these again.
+			inp.dirty.Store(true)
 		}
 		for j := range entries {
 			e, err := inp.event(&entries[j])
