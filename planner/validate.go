@@ -3,6 +3,7 @@ package planner
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -188,6 +189,9 @@ func (v *validator) checkConnection(c *connectionSpec) *edge {
 			e.output = output
 			if !nameRE.MatchString(output) {
 				v.errs.add(c.from.pos, "invalid output name %q in from %q: must match %s", output, c.from.val, nameRule)
+				ok = false
+			} else if slices.Contains(ReservedOutputs, output) {
+				v.errs.add(c.from.pos, "output name %q in from %q is reserved for the runtime's dead-letter queues (<flowlet>.dlq, <flowlet>.dlq-replay)", output, c.from.val)
 				ok = false
 			}
 		}
