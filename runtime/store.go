@@ -45,10 +45,7 @@ func openStore(dir string, o storeOptions) (*store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
-	if err := badgerutil.RemoveEmptyValueLogs(dir); err != nil {
-		return nil, fmt.Errorf("data directory %s: %w", dir, err)
-	}
-	if err := removeEmptyMemtables(dir); err != nil {
+	if err := badgerutil.RemoveEmptyLogFiles(dir); err != nil {
 		return nil, fmt.Errorf("data directory %s: %w", dir, err)
 	}
 	db, err := badgerq.OpenDB(dir, o.durable)
@@ -100,29 +97,4 @@ func (s *store) close() error {
 		errs = append(errs, s.db.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// removeEmptyMemtables deletes zero-length memtable WAL files (*.mem). A
-// kill -9 between Badger creating a memtable file and sizing it leaves one,
-// and Badger v4 then refuses to open the directory ("while opening
-// memtables ... Create a new file"), exactly as with the empty value logs
-// badgerutil.RemoveEmptyValueLogs handles. An empty file holds no data.
-// (Belongs in internal/badgerutil; kept here until it moves.)
-func removeEmptyMemtables(dir string) error {
-	matches, err := filepath.Glob(filepath.Join(dir, "*.mem"))
-	if err != nil {
-		return err
-	}
-	for _, m := range matches {
-		fi, err := os.Stat(m)
-		if err != nil {
-			return err
-		}
-		if fi.Size() == 0 {
-			if err := os.Remove(m); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

@@ -34,7 +34,7 @@ type crashStore struct {
 }
 
 func openCrashStore(dir, mode string) (*crashStore, error) {
-	if err := badgerutil.RemoveEmptyValueLogs(filepath.Join(dir, "data")); err != nil {
+	if err := badgerutil.RemoveEmptyLogFiles(filepath.Join(dir, "data")); err != nil {
 		return nil, err
 	}
 	// The fast mode syncs through BadgerLog's group sync; the file mode

@@ -10,7 +10,7 @@ import (
 
 // A zero-length value log (a crash right after its creation) must not keep
 // the DB from opening, and nothing committed before may be lost.
-func TestRemoveEmptyValueLogs(t *testing.T) {
+func TestRemoveEmptyLogFiles(t *testing.T) {
 	dir := t.TempDir()
 	opts := badger.DefaultOptions(dir).WithLogger(nil)
 	db, err := badger.Open(opts)
@@ -32,7 +32,7 @@ func TestRemoveEmptyValueLogs(t *testing.T) {
 	if err := os.Truncate(filepath.Join(dir, "000099.vlog"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := RemoveEmptyValueLogs(dir); err != nil {
+	if err := RemoveEmptyLogFiles(dir); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "000099.vlog")); !os.IsNotExist(err) {
@@ -48,6 +48,38 @@ func TestRemoveEmptyValueLogs(t *testing.T) {
 		return err
 	})
 	if err != nil {
+		t.Fatalf("committed key lost: %v", err)
+	}
+}
+
+// The same for an empty memtable file.
+func TestRemoveEmptyMemtable(t *testing.T) {
+	dir := t.TempDir()
+	opts := badger.DefaultOptions(dir).WithLogger(nil)
+	db, err := badger.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(txn *badger.Txn) error { return txn.Set([]byte("k"), []byte("v")) }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	mem := filepath.Join(dir, "00099.mem")
+	if err := os.WriteFile(mem, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveEmptyLogFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mem); !os.IsNotExist(err) {
+		t.Fatalf("the empty memtable file is still there: %v", err)
+	}
+	db, err = badger.Open(opts)
+	if err != nil {
+		t.Fatalf("after repair: %v", err)
+	}
+	defer db.Close()
+	if err := db.View(func(txn *badger.Txn) error { _, err := txn.Get([]byte("k")); return err }); err != nil {
 		t.Fatalf("committed key lost: %v", err)
 	}
 }
