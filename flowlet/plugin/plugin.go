@@ -73,6 +73,10 @@ var Handshake = goplugin.HandshakeConfig{
 // response).
 const MaxMessageSize = 256 << 20
 
+// WindowSize is the HTTP/2 flow-control window host and plugin use, so that
+// a large batch goes out without waiting for window updates.
+const WindowSize = 16 << 20
+
 // Serve serves the flowlet type whose values newFlowlet makes, described by
 // info, and returns when the host is done with the process. Call it from
 // main. It exits the process with status 1 when the flowlet does not qualify
@@ -89,7 +93,8 @@ func Serve(newFlowlet func() flowlet.Flowlet, info flowlet.TypeInfo) {
 			newFlowlet: newFlowlet, info: info, stderr: stderr,
 		}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			opts = append(opts, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize))
+			opts = append(opts, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize),
+				grpc.InitialWindowSize(WindowSize), grpc.InitialConnWindowSize(WindowSize))
 			return grpc.NewServer(opts...)
 		},
 		Logger: hclog.New(&hclog.LoggerOptions{

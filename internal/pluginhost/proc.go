@@ -68,8 +68,10 @@ func (p *Plugin) start(idx int) (*proc, error) {
 		SyncStderr:       lw.sync(),
 		SyncStdout:       lw.sync(),
 		Logger:           hclog.New(&hclog.LoggerOptions{Level: hclog.Off, Output: lw}),
-		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
-			grpc.MaxCallRecvMsgSize(plugin.MaxMessageSize), grpc.MaxCallSendMsgSize(plugin.MaxMessageSize))},
+		GRPCDialOptions: []grpc.DialOption{
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(plugin.MaxMessageSize), grpc.MaxCallSendMsgSize(plugin.MaxMessageSize)),
+			grpc.WithInitialWindowSize(plugin.WindowSize), grpc.WithInitialConnWindowSize(plugin.WindowSize),
+		},
 	})
 	rpc, err := gp.Client()
 	if err != nil {
