@@ -89,7 +89,7 @@ flowlets:
   parser:
     type: %s
     instances: 2
-    batch_size: 500
+    batch_size: %d
     retries: {max: 1000, backoff: 1ms, max_backoff: 20ms}
   page_views:
     type: weblog_page_views
@@ -115,9 +115,9 @@ connections:
 // runApp runs the weblog app over the log at path, with the parser of type
 // parserType, until drained, and returns its results and how long it ran.
 // during runs while the app does and is cancelled when it ends.
-func runApp(t testing.TB, path, parserType string, during func(ctx context.Context)) (*expect.Results, time.Duration) {
+func runApp(t testing.TB, path, parserType string, batch int, during func(ctx context.Context)) (*expect.Results, time.Duration) {
 	t.Helper()
-	src := fmt.Sprintf(appYAML, path, parserType)
+	src := fmt.Sprintf(appYAML, path, parserType, batch)
 	plan, err := planner.Parse("app.yaml", []byte(src), planner.Options{Types: runtime.PlannerTypes()})
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +245,7 @@ func TestPipelineKills(t *testing.T) {
 	const minKills, maxKills = 20, 25
 	kills := 0
 	r := rand.New(rand.NewPCG(42, 2))
-	got, took := runApp(t, path, pt.name, func(ctx context.Context) {
+	got, took := runApp(t, path, pt.name, 500, func(ctx context.Context) {
 		killed := map[int]bool{}
 		for ctx.Err() == nil && kills < maxKills {
 			select {
@@ -271,4 +271,49 @@ func TestPipelineKills(t *testing.T) {
 		t.Fatalf("only %d kills before the app drained (want ≥ %d): raise the line count", kills, minKills)
 	}
 	checkResults(t, want, got)
+}
+
+// BenchmarkPipeline runs the whole weblog app (file source, parser with two
+// instances, four counting flowlets; NoSync store) over the same 20,000-line
+// log with the parser in process and as a plugin, at parser batch sizes 1,
+// 100 and 500, and prints the plugin's throughput as a share of the
+// in-process one. Every run's results are checked against the verifier.
+//
+//	go test -run '^$' -bench Pipeline -benchtime 1x ./examples/plugins/weblogparser
+func BenchmarkPipeline(b *testing.B) {
+	pt := registered(b)
+	path, want := writeLog(b, genLines(20000, 0.01, 9))
+	rate := map[string]float64{}
+	sizes := []int{1, 100, 500}
+	for _, n := range sizes {
+		for _, mode := range []string{"in-process", "plugin"} {
+			typ := flowlets.TypeParser
+			if mode == "plugin" {
+				typ = pt.name
+			}
+			b.Run(fmt.Sprintf("batch=%d/%s", n, mode), func(b *testing.B) {
+				var total time.Duration
+				for range b.N {
+					got, took := runApp(b, path, typ, n, nil)
+					checkResults(b, want, got)
+					total += took
+				}
+				r := float64(20000*b.N) / total.Seconds()
+				b.ReportMetric(r, "lines/s")
+				b.ReportMetric(0, "ns/op")
+				rate[fmt.Sprintf("%d/%s", n, mode)] = r
+			})
+		}
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\nweblog app (whole pipeline), parser as plugin vs in process:\n")
+	fmt.Fprintf(&sb, "%8s %16s %16s %8s\n", "batch", "in-process l/s", "plugin l/s", "ratio")
+	for _, n := range sizes {
+		in, pl := rate[fmt.Sprintf("%d/in-process", n)], rate[fmt.Sprintf("%d/plugin", n)]
+		if in == 0 || pl == 0 {
+			continue
+		}
+		fmt.Fprintf(&sb, "%8d %16.0f %16.0f %7.1f%%\n", n, in, pl, 100*pl/in)
+	}
+	fmt.Fprint(os.Stdout, sb.String())
 }
