@@ -92,11 +92,20 @@ type App struct {
 	log  *slog.Logger
 	st   *store
 
+	// instMu guards instances and every flowletRT's insts (Scale changes
+	// them while the app runs); scaleMu serializes Scale, Pause's waits and
+	// drain's last ticks.
+	instMu    sync.Mutex
+	scaleMu   sync.Mutex
 	instances []*instance
 	flowlets  []*flowletRT
-	subs      map[string][]*input // queue → the instances' inputs on it
-	fastPath  bool
-	busy      atomic.Int64 // steps in flight that hold input
+	byName    map[string]*flowletRT
+	// subs maps a queue to the instances' inputs on it; copy-on-write
+	// (subMu) so that notify, on every commit, reads it without a lock.
+	subMu    sync.Mutex
+	subs     atomic.Pointer[map[string][]*input]
+	fastPath bool
+	busy     atomic.Int64 // steps in flight that hold input
 
 	gcStores []*state.Store
 	wm       *state.Watermark
@@ -108,9 +117,17 @@ type App struct {
 	fatal       chan error
 
 	started time.Time
-	rateMu  sync.Mutex
 	closed  bool
 	ran     bool
+
+	// While Run runs: its context, stop function and the drivers' wait group
+	// (Scale starts and stops drivers).
+	runCtx  context.Context
+	runStop context.CancelFunc
+	runWG   sync.WaitGroup
+	running atomic.Bool
+
+	adminMu sync.Mutex // serializes dead-letter listing and replay
 }
 
 // flowletRT is what the instances of one flowlet share.
@@ -120,6 +137,15 @@ type flowletRT struct {
 	st     *flowletStats
 	rate   rateMeter
 	source bool
+	hist   stepHist
+
+	// n is the live instance count (fl.Instances until Scale changes it);
+	// insts the instances (under App.instMu).
+	n     atomic.Int32
+	insts []*instance
+	// paused: the instances start no new step until resumed.
+	paused atomic.Bool
+	resume *signal
 }
 
 type flowletStats struct {
@@ -154,7 +180,8 @@ func ParseFile(path string) (*planner.Plan, error) {
 // until Run.
 func Open(plan *planner.Plan, opts Options) (*App, error) {
 	opts.withDefaults(plan.App)
-	a := &App{plan: plan, opts: opts, log: opts.Logger, subs: map[string][]*input{}, fatal: make(chan error, 1)}
+	a := &App{plan: plan, opts: opts, log: opts.Logger.With("app", plan.App), byName: map[string]*flowletRT{}, fatal: make(chan error, 1)}
+	a.subs.Store(&map[string][]*input{})
 	if err := a.checkPlan(); err != nil {
 		return nil, err
 	}
@@ -275,8 +302,10 @@ func (a *App) build() error {
 	a.fastPath = true
 	for _, f := range a.plan.Flowlets {
 		typ, _ := flowlet.Lookup(f.Type)
-		frt := &flowletRT{fl: f, typ: typ, st: &flowletStats{}, source: len(f.Inputs) == 0 && typ.Info.Source}
+		frt := &flowletRT{fl: f, typ: typ, st: &flowletStats{}, source: len(f.Inputs) == 0 && typ.Info.Source, resume: newSignal()}
+		frt.n.Store(int32(f.Instances))
 		a.flowlets = append(a.flowlets, frt)
+		a.byName[f.Name] = frt
 		gcs, err := state.Open(a.st.db, a.plan.App, f.Name)
 		if err != nil {
 			return err
@@ -288,6 +317,7 @@ func (a *App) build() error {
 				return err
 			}
 			a.instances = append(a.instances, in)
+			frt.insts = append(frt.insts, in)
 			if frt.source {
 				a.sourcesLeft.Add(1)
 			}
@@ -311,12 +341,42 @@ func (a *App) DataDir() string { return a.opts.DataDir }
 
 func (a *App) subscribe(queueName string, in *input) {
 	in.dirty.Store(true) // unknown until the first dequeue
-	a.subs[queueName] = append(a.subs[queueName], in)
+	a.subMu.Lock()
+	defer a.subMu.Unlock()
+	old := *a.subs.Load()
+	m := make(map[string][]*input, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[queueName] = append(append([]*input(nil), old[queueName]...), in)
+	a.subs.Store(&m)
+}
+
+// unsubscribe removes an instance's inputs (the instance stopped for good).
+func (a *App) unsubscribe(ins []*input) {
+	a.subMu.Lock()
+	defer a.subMu.Unlock()
+	drop := map[*input]bool{}
+	for _, in := range ins {
+		drop[in] = true
+	}
+	old := *a.subs.Load()
+	m := make(map[string][]*input, len(old))
+	for k, v := range old {
+		var keep []*input
+		for _, in := range v {
+			if !drop[in] {
+				keep = append(keep, in)
+			}
+		}
+		m[k] = keep
+	}
+	a.subs.Store(&m)
 }
 
 // notify wakes the consumers of a queue after a commit that enqueued to it.
 func (a *App) notify(queueName string) {
-	for _, in := range a.subs[queueName] {
+	for _, in := range (*a.subs.Load())[queueName] {
 		in.dirty.Store(true)
 		select {
 		case in.wake <- struct{}{}:
@@ -337,21 +397,15 @@ func (a *App) Run(ctx context.Context) error {
 	a.started = time.Now()
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	var wg sync.WaitGroup
-	a.unsettled.Add(int64(len(a.instances)))
+	a.scaleMu.Lock()
+	a.runCtx, a.runStop = runCtx, stop
+	a.instMu.Lock()
 	for _, in := range a.instances {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := in.run(runCtx); err != nil {
-				select {
-				case a.fatal <- err:
-				default:
-				}
-				stop()
-			}
-		}()
+		a.startLocked(in)
 	}
+	a.instMu.Unlock()
+	a.running.Store(true)
+	a.scaleMu.Unlock()
 	maintDone := make(chan struct{})
 	go func() { defer close(maintDone); a.maintain(runCtx) }()
 
@@ -362,7 +416,10 @@ func (a *App) Run(ctx context.Context) error {
 		<-runCtx.Done()
 	}
 	stop()
-	wg.Wait()
+	a.scaleMu.Lock() // no Scale starts drivers from now on
+	a.running.Store(false)
+	a.scaleMu.Unlock()
+	a.runWG.Wait()
 	<-maintDone
 	select {
 	case err := <-a.fatal:
@@ -389,8 +446,28 @@ func (a *App) Close() error {
 	return errors.Join(err, a.st.close())
 }
 
+// startLocked starts the driver of an instance (under instMu, with Run
+// running).
+func (a *App) startLocked(in *instance) {
+	a.unsettled.Add(1)
+	a.runWG.Add(1)
+	go func() {
+		defer a.runWG.Done()
+		defer close(in.done)
+		if err := in.run(a.runCtx); err != nil {
+			select {
+			case a.fatal <- err:
+			default:
+			}
+			a.runStop()
+		}
+	}()
+}
+
 func (a *App) closeFlowlets() error {
 	var errs []error
+	a.instMu.Lock()
+	defer a.instMu.Unlock()
 	for _, in := range a.instances {
 		if err := in.close(); err != nil {
 			errs = append(errs, err)

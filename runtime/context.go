@@ -195,7 +195,7 @@ func (c *stepCtx) Counters(name string) flowlet.Counters {
 
 func (c *stepCtx) Name() string         { return c.in.fl.Name }
 func (c *stepCtx) Instance() int        { return c.in.idx }
-func (c *stepCtx) Instances() int       { return c.in.fl.Instances }
+func (c *stepCtx) Instances() int       { return int(c.in.frt.n.Load()) }
 func (c *stepCtx) Logger() *slog.Logger { return c.in.logger }
 
 type tableView struct {

@@ -33,8 +33,14 @@ func (a *App) drain(ctx context.Context) error {
 	}
 	// A last tick for every ticker (windows close, buffers flush), then
 	// whatever those ticks emitted must drain too.
+	// No Scale while the last ticks run: every instance asked must answer.
+	a.scaleMu.Lock()
+	defer a.scaleMu.Unlock()
+	a.instMu.Lock()
+	insts := append([]*instance(nil), a.instances...)
+	a.instMu.Unlock()
 	var waits []chan struct{}
-	for _, in := range a.instances {
+	for _, in := range insts {
 		if in.ticker != nil && in.src == nil {
 			done := make(chan struct{})
 			in.final <- done

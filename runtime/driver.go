@@ -87,6 +87,12 @@ type instance struct {
 	wake   chan struct{}
 	final  chan chan struct{} // drain: run one last tick, then close the channel
 
+	// stop is closed when Scale removes the instance: it finishes its
+	// in-flight step and returns. done is closed when its driver returned.
+	stop    chan struct{}
+	done    chan struct{}
+	started atomic.Bool
+
 	sc       *stepCtx
 	next     int // round-robin start over inputs
 	attempts map[string]int
@@ -103,6 +109,8 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 		outs:     map[string]*route{},
 		wake:     make(chan struct{}, 1),
 		final:    make(chan chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
 		attempts: map[string]int{},
 		lastErr:  map[string]string{},
 		isolate:  map[string]bool{},
@@ -124,7 +132,7 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 		return nil, fmt.Errorf("flowlet %q (type %s) has inputs but implements neither Process nor ProcessBatch", f.Name, f.Type)
 	}
 	if init, ok := in.f.(flowlet.Initializer); ok {
-		ic := flowlet.InitContext{Name: f.Name, Instance: idx, Instances: f.Instances,
+		ic := flowlet.InitContext{Name: f.Name, Instance: idx, Instances: int(frt.n.Load()),
 			Config: flowlet.NewConfig(f.Name, f.Config), Logger: in.logger}
 		if err := safeCall(func() error { return init.Init(ic) }); err != nil {
 			return nil, fmt.Errorf("flowlet %q instance %d: init: %w", f.Name, idx, err)
@@ -244,6 +252,7 @@ func (in *instance) run(ctx context.Context) error {
 	}
 	in.a.unsettled.Add(-1) // started
 	defer in.a.unsettled.Add(1)
+	in.started.Store(true)
 	if in.src != nil {
 		return in.runSource(ctx)
 	}
@@ -258,7 +267,10 @@ func (in *instance) runConsumer(ctx context.Context) error {
 		defer timer.Stop()
 		tickC = timer.C
 	}
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !in.stopping() {
+		if !in.waitUnpaused(ctx) {
+			return nil
+		}
 		n, err := in.consumeStep(ctx)
 		if err != nil {
 			return err
@@ -268,6 +280,7 @@ func (in *instance) runConsumer(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+		case <-in.stop:
 		case <-in.wake:
 		case <-tickC:
 			if err := in.tick(ctx); err != nil {
@@ -295,7 +308,10 @@ func (in *instance) runSource(ctx context.Context) error {
 	idle := time.NewTimer(time.Hour)
 	idle.Stop()
 	defer idle.Stop()
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !in.stopping() {
+		if !in.waitUnpaused(ctx) {
+			return nil
+		}
 		res, err := in.sourceStep(ctx)
 		switch {
 		case err != nil && fatalErr(err):
@@ -318,6 +334,7 @@ func (in *instance) runSource(ctx context.Context) error {
 			idle.Reset(a.opts.IdleWait)
 			select {
 			case <-ctx.Done():
+			case <-in.stop:
 			case <-idle.C:
 			case <-ready:
 			}
@@ -345,14 +362,10 @@ func (in *instance) backoff(n int) time.Duration {
 }
 
 // retryWait waits before a retry; the app does not count as drained while
-// any instance waits to retry.
+// any instance waits to retry. Scale stopping the instance ends the wait.
 func (in *instance) retryWait(ctx context.Context, d time.Duration) {
 	in.a.unsettled.Add(1)
 	defer in.a.unsettled.Add(-1)
-	sleep(ctx, d)
-}
-
-func sleep(ctx context.Context, d time.Duration) {
 	if d <= 0 {
 		return
 	}
@@ -360,8 +373,40 @@ func sleep(ctx context.Context, d time.Duration) {
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+	case <-in.stop:
 	case <-t.C:
 	}
+}
+
+// stopping reports whether Scale removed the instance.
+func (in *instance) stopping() bool {
+	select {
+	case <-in.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitUnpaused returns at once unless the flowlet is paused; then it waits
+// for Resume. It returns false when the app stops or Scale removed the
+// instance meanwhile.
+func (in *instance) waitUnpaused(ctx context.Context) bool {
+	frt := in.frt
+	for frt.paused.Load() {
+		ch := frt.resume.wait()
+		if !frt.paused.Load() {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-in.stop:
+			return false
+		case <-ch:
+		}
+	}
+	return ctx.Err() == nil && !in.stopping()
 }
 
 // start begins a step's transaction and resets the step context.
@@ -444,6 +489,10 @@ func (in *instance) rollback() {
 // events consumed.
 func (in *instance) consumeStep(ctx context.Context) (int, error) {
 	for {
+		if in.stopping() {
+			return 0, nil // removed by Scale: the input goes to the new owner
+		}
+		t0 := time.Now()
 		sc, err := in.start(ctx)
 		if err != nil {
 			return 0, err
@@ -459,7 +508,7 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 			return 0, nil
 		}
 		retryNow, wait := in.process(sc, evs)
-		if ctx.Err() != nil && (retryNow || wait > 0) {
+		if (ctx.Err() != nil || in.stopping()) && (retryNow || wait > 0) {
 			in.rollback()
 			return 0, nil // shutting down: the input comes again next run
 		}
@@ -497,6 +546,7 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 		}
 		in.st.processed.Add(uint64(len(evs)))
 		in.frt.rate.add(len(evs))
+		in.frt.hist.observe(time.Since(t0))
 		if in.pub != nil {
 			if err := in.publish(ctx); err != nil {
 				return len(evs), err
@@ -684,6 +734,7 @@ func (in *instance) deadLetter(sc *stepCtx, e *inEvent, reason string) {
 func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 	tries := 0
 	for {
+		t0 := time.Now()
 		sc, err := in.start(ctx)
 		if err != nil {
 			return srcMore, err
@@ -741,6 +792,7 @@ func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 		n := len(sc.emits)
 		in.st.processed.Add(uint64(n))
 		in.frt.rate.add(n)
+		in.frt.hist.observe(time.Since(t0))
 		return res, nil
 	}
 }

@@ -22,6 +22,9 @@ import (
 // ErrLocked.
 type Store struct {
 	st *store
+	// app is set for App.Inspect: the running app's store, which Close
+	// leaves open.
+	app *App
 }
 
 // OpenStore opens the store in dir, which must exist.
@@ -40,8 +43,13 @@ func OpenStore(dir string) (*Store, error) {
 	return &Store{st: st}, nil
 }
 
-// Close closes the store.
-func (s *Store) Close() error { return s.st.close() }
+// Close closes the store (nothing for the store of App.Inspect).
+func (s *Store) Close() error {
+	if s.app != nil {
+		return nil
+	}
+	return s.st.close()
+}
 
 // Queues describes every queue: depth and lag per consumer group.
 func (s *Store) Queues() ([]queue.QueueInfo, error) { return s.st.queues.List() }
@@ -105,6 +113,10 @@ func flowletOfQueue(q string) string {
 // DeadLetters calls fn for up to limit (0 = all) entries waiting in a
 // flowlet's dead-letter queue.
 func (s *Store) DeadLetters(flowletName string, limit int, fn func(DeadLetter) bool) error {
+	if s.app != nil {
+		s.app.adminMu.Lock()
+		defer s.app.adminMu.Unlock()
+	}
 	q := DLQName(flowletName)
 	info, err := s.st.queues.Info(q)
 	if err != nil {
@@ -192,7 +204,19 @@ func dlqSize(q queue.QueueInfo) int64 {
 // keys their partition key names; entries from other inputs (failed ticks
 // and publishes, queues no longer in the app) stay in the dead-letter queue.
 // It returns how many entries were replayed and how many were kept.
+//
+// On the store of a running app (App.Inspect) the flowlet consumes them at
+// once, and no compaction runs afterwards.
 func (s *Store) ReplayDeadLetters(flowletName string, inputs map[string]string) (replayed, kept int, err error) {
+	if s.app != nil {
+		s.app.adminMu.Lock()
+		defer s.app.adminMu.Unlock()
+		defer func() {
+			if replayed > 0 {
+				s.app.notify(ReplayName(flowletName))
+			}
+		}()
+	}
 	qs := s.st.queues
 	dq, rq := DLQName(flowletName), ReplayName(flowletName)
 	info, err := qs.Info(dq)
@@ -272,6 +296,9 @@ func (s *Store) ReplayDeadLetters(flowletName string, inputs map[string]string) 
 		replayed += r
 		kept += k
 		done += len(es)
+	}
+	if s.app != nil {
+		return replayed, kept, nil // eviction runs in the background
 	}
 	return replayed, kept, qs.Maintain()
 }

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flowrun/flowrun/planner"
 	"github.com/flowrun/flowrun/tx"
 )
 
@@ -40,11 +41,13 @@ func (r *rateMeter) rate(now time.Time) float64 {
 // Status is a point-in-time view of a running app, for the CLI's progress
 // view and a status endpoint. Its JSON form is documented in specs/cli.md.
 type Status struct {
-	App      string          `json:"app"`
-	DataDir  string          `json:"data_dir"`
-	Time     time.Time       `json:"time"`
-	Uptime   float64         `json:"uptime_seconds"`
-	Drained  bool            `json:"drained"`
+	App     string    `json:"app"`
+	DataDir string    `json:"data_dir"`
+	Time    time.Time `json:"time"`
+	Uptime  float64   `json:"uptime_seconds"`
+	Drained bool      `json:"drained"`
+	// Ready: the app runs and every instance has started (GET /ready).
+	Ready    bool            `json:"ready"`
 	Flowlets []FlowletStatus `json:"flowlets"`
 	Queues   []QueueStatus   `json:"queues"`
 	Tx       TxStatus        `json:"tx"`
@@ -52,10 +55,16 @@ type Status struct {
 
 // FlowletStatus describes one flowlet (all its instances).
 type FlowletStatus struct {
-	Name      string `json:"name"`
-	Type      string `json:"type"`
-	Instances int    `json:"instances"`
-	Source    bool   `json:"source,omitempty"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+	// Instances is the live instance count (App.Scale changes it).
+	Instances int  `json:"instances"`
+	Source    bool `json:"source,omitempty"`
+	Paused    bool `json:"paused,omitempty"`
+	// Inputs are the queues the flowlet consumes, Outputs the queues it
+	// produces to (without its dead-letter and replay queues).
+	Inputs  []string `json:"inputs,omitempty"`
+	Outputs []string `json:"outputs,omitempty"`
 	// Processed: input events consumed by committed steps (for sources:
 	// events emitted by committed steps).
 	Processed uint64 `json:"processed"`
@@ -82,10 +91,18 @@ type FlowletStatus struct {
 
 // QueueStatus is one queue's depth and per-group lag.
 type QueueStatus struct {
-	Name   string           `json:"name"`
-	Events int64            `json:"events"`
-	Bytes  int64            `json:"bytes"`
-	Lag    map[string]int64 `json:"lag,omitempty"` // by consumer group
+	Name string `json:"name"`
+	// Producer is the flowlet that writes the queue; Kind is "" for a
+	// queue between flowlets, "dlq" for a dead-letter queue and "replay"
+	// for the queue dead letters are replayed through.
+	Producer string `json:"producer,omitempty"`
+	Kind     string `json:"kind,omitempty"`
+	// Partitions of the queue; Strategy of each consumer group.
+	Partitions int               `json:"partitions,omitempty"`
+	Strategy   map[string]string `json:"strategy,omitempty"`
+	Events     int64             `json:"events"`
+	Bytes      int64             `json:"bytes"`
+	Lag        map[string]int64  `json:"lag,omitempty"` // by consumer group
 }
 
 // TxStatus is the coordinator's counters.
@@ -116,6 +133,7 @@ func txStatus(s tx.Stats) TxStatus {
 func (a *App) Status() Status {
 	now := time.Now()
 	s := Status{App: a.plan.App, DataDir: a.opts.DataDir, Time: now, Drained: a.drained.Load(), Tx: txStatus(a.st.coord.Stats())}
+	s.Ready, _ = a.Ready()
 	if !a.started.IsZero() {
 		s.Uptime = now.Sub(a.started).Seconds()
 	}
@@ -123,12 +141,22 @@ func (a *App) Status() Status {
 	dlq := map[string]int64{}
 	infos, _ := a.st.queues.List()
 	for _, q := range infos {
-		qs := QueueStatus{Name: q.Name, Events: q.Events, Bytes: q.Bytes}
+		qs := QueueStatus{Name: q.Name, Events: q.Events, Bytes: q.Bytes, Partitions: q.Config.Partitions}
+		switch {
+		case a.plan.Queue(q.Name) != nil:
+			qs.Producer = a.plan.Queue(q.Name).Producer
+		case isDLQ(q.Name):
+			qs.Producer, qs.Kind = flowletOfQueue(q.Name), "dlq"
+		case len(q.Name) > len(ReplayOutput)+1 && q.Name[len(q.Name)-len(ReplayOutput)-1:] == "."+ReplayOutput:
+			qs.Kind = "replay"
+		}
 		if len(q.Groups) > 0 {
 			qs.Lag = map[string]int64{}
+			qs.Strategy = map[string]string{}
 		}
 		for _, g := range q.Groups {
 			qs.Lag[g.Name] = g.Lag
+			qs.Strategy[g.Name] = string(g.Strategy)
 			if q.Name != DLQName(g.Name) {
 				lag[g.Name] += g.Lag
 			}
@@ -141,8 +169,13 @@ func (a *App) Status() Status {
 		st.errMu.Lock()
 		lastErr := st.lastErr
 		st.errMu.Unlock()
+		var outs []string
+		for _, o := range f.fl.Outputs {
+			outs = append(outs, planner.QueueName(f.fl.Name, o))
+		}
 		s.Flowlets = append(s.Flowlets, FlowletStatus{
-			Name: f.fl.Name, Type: f.fl.Type, Instances: f.fl.Instances, Source: f.source,
+			Name: f.fl.Name, Type: f.fl.Type, Instances: int(f.n.Load()), Source: f.source,
+			Paused: f.paused.Load(), Inputs: f.fl.Inputs, Outputs: outs,
 			Processed: st.processed.Load(), Emitted: st.emitted.Load(), Failed: st.failed.Load(),
 			DeadLettered: st.dead.Load(), Conflicts: st.conflicts.Load(), Unrouted: st.unrouted.Load(),
 			Rate: f.rate.rate(now), Backlog: lag[f.fl.Name], DLQ: dlq[DLQName(f.fl.Name)],

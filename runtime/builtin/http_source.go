@@ -132,31 +132,51 @@ func (s *HTTPSource) handle(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(evs) > 0 {
-		in := &ingest{events: evs, done: make(chan error, 1)}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
-			return
-		}
-		s.pending = append(s.pending, in)
-		s.mu.Unlock()
-		select {
-		case s.ready <- struct{}{}:
-		default:
-		}
-		select {
-		case err := <-in.done:
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
+		if err := s.Ingest(r.Context(), evs); err != nil {
+			if r.Context().Err() != nil {
+				return // client gone; the events may still commit
 			}
-		case <-r.Context().Done():
-			return // client gone; the events may still commit
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]int{"accepted": len(evs)})
+}
+
+// errClosed: the source closed before the events committed.
+var errClosed = errors.New("flowrun is shutting down; the events were not committed, send them again")
+
+// Ingest implements runtime.Ingester: the events commit in one step, and
+// Ingest returns after that commit (nil), when ctx ends (ctx.Err(); the
+// events may still commit) or when the source closes first.
+func (s *HTTPSource) Ingest(ctx context.Context, evs [][]byte) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	for _, e := range evs {
+		if len(e) > maxEvent {
+			return fmt.Errorf("an event of %d bytes exceeds the limit of %d bytes", len(e), maxEvent)
+		}
+	}
+	in := &ingest{events: evs, done: make(chan error, 1)}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
+	s.pending = append(s.pending, in)
+	s.mu.Unlock()
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+	select {
+	case err := <-in.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Ready implements runtime.Waker.
@@ -213,7 +233,7 @@ func (s *HTTPSource) Close() error {
 	s.pending, s.inflight = nil, nil
 	s.mu.Unlock()
 	for _, in := range pending {
-		in.done <- errors.New("flowrun is shutting down; the events were not committed, send them again")
+		in.done <- errClosed
 	}
 	if s.srv == nil {
 		return nil

@@ -1,0 +1,267 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/tx"
+)
+
+// Errors of the live operations, for callers (the HTTP API) to tell a bad
+// request from a failure.
+var (
+	ErrUnknownFlowlet = errors.New("unknown flowlet")
+	ErrNotRunning     = errors.New("app is not running")
+	ErrNotScalable    = errors.New("flowlet cannot be scaled")
+	ErrBadRequest     = errors.New("bad request")
+)
+
+// MaxScale bounds Scale: a flowlet's instances split the partitions of its
+// input queues, so more instances than partitions would sit idle.
+func (a *App) maxScale(frt *flowletRT) int {
+	m := queue.MaxInstances
+	for _, q := range frt.fl.Inputs {
+		if info, err := a.st.queues.Info(q); err == nil {
+			m = min(m, info.Config.Partitions)
+		}
+	}
+	return m
+}
+
+// Scale changes a flowlet's instance count while the app runs and events
+// flow. Scaling down, the instances beyond n finish their in-flight step
+// (it commits or aborts) and stop; then the consumer groups of every input
+// queue of the flowlet are rescaled, so each partition moves to its new
+// owner, which resumes at the last committed cursor. Scaling up, the groups
+// are rescaled first and the new instances start. A partition is read by
+// one transaction at a time (the queue's lease), so nothing is lost or
+// delivered twice and hash groups keep each key's order.
+//
+// Sources cannot be scaled (their instances split the input by instance
+// count, e.g. the generator's numbers). The count lasts until the app stops:
+// the next run starts with the count of the app file (and rescales the
+// groups back). It returns the previous count.
+func (a *App) Scale(ctx context.Context, flowletName string, n int) (int, error) {
+	frt := a.byName[flowletName]
+	if frt == nil {
+		return 0, fmt.Errorf("%w %q", ErrUnknownFlowlet, flowletName)
+	}
+	if len(frt.fl.Inputs) == 0 {
+		return 0, fmt.Errorf("%w: %q is a source (its instances split the input by instance count)", ErrNotScalable, flowletName)
+	}
+	if m := a.maxScale(frt); n < 1 || n > m {
+		return 0, fmt.Errorf("%w: instances must be in [1, %d] (the partitions of its input queues), not %d", ErrBadRequest, m, n)
+	}
+	a.scaleMu.Lock()
+	defer a.scaleMu.Unlock()
+	if !a.running.Load() {
+		return 0, ErrNotRunning
+	}
+	old := int(frt.n.Load())
+	if n == old {
+		return old, nil
+	}
+	log := a.log.With("flowlet", flowletName)
+	log.Info("scaling", "from", old, "to", n)
+	queues := append(append([]string(nil), frt.fl.Inputs...), ReplayName(flowletName))
+	rescale := func(to int) error {
+		for _, q := range queues {
+			if err := a.st.queues.Rescale(q, flowletName, to); err != nil {
+				return fmt.Errorf("queue %s: rescale group %s to %d: %w", q, flowletName, to, err)
+			}
+		}
+		return nil
+	}
+	if n < old {
+		a.instMu.Lock()
+		gone := append([]*instance(nil), frt.insts[n:]...)
+		a.instMu.Unlock()
+		for _, in := range gone {
+			close(in.stop)
+		}
+		for _, in := range gone {
+			select {
+			case <-in.done:
+			case <-ctx.Done():
+				// The drivers still stop; the rest of the scale-down is
+				// skipped (groups keep the old count until a retry).
+				return old, fmt.Errorf("scale %s: waiting for in-flight steps: %w", flowletName, ctx.Err())
+			}
+		}
+		a.instMu.Lock()
+		frt.insts = frt.insts[:n]
+		a.removeLocked(gone)
+		a.instMu.Unlock()
+		for _, in := range gone {
+			a.unsubscribe(in.inputs)
+			if err := in.close(); err != nil {
+				log.Warn("closing a removed instance", "instance", in.idx, "err", err)
+			}
+		}
+		frt.n.Store(int32(n))
+		if err := rescale(n); err != nil {
+			log.Error("scale down: rescale failed; partitions of removed instances are not read until the next run", "err", err)
+			return old, err
+		}
+	} else {
+		if err := rescale(n); err != nil {
+			if rerr := rescale(old); rerr != nil {
+				log.Error("scale up: rescale back failed", "err", rerr)
+			}
+			return old, err
+		}
+		frt.n.Store(int32(n))
+		var added []*instance
+		for i := old; i < n; i++ {
+			in, err := a.newInstance(frt, i)
+			if err != nil {
+				for _, in := range added {
+					a.unsubscribe(in.inputs)
+					in.close()
+				}
+				frt.n.Store(int32(old))
+				if rerr := rescale(old); rerr != nil {
+					log.Error("scale up: rescale back failed", "err", rerr)
+				}
+				return old, fmt.Errorf("scale %s to %d: %w", flowletName, n, err)
+			}
+			added = append(added, in)
+		}
+		a.instMu.Lock()
+		for _, in := range added {
+			frt.insts = append(frt.insts, in)
+			a.instances = append(a.instances, in)
+			a.startLocked(in)
+		}
+		a.instMu.Unlock()
+	}
+	// The remaining instances may own partitions with a backlog now: make
+	// them look.
+	a.instMu.Lock()
+	for _, in := range frt.insts {
+		for _, inp := range in.inputs {
+			inp.dirty.Store(true)
+		}
+		select {
+		case in.wake <- struct{}{}:
+		default:
+		}
+	}
+	a.instMu.Unlock()
+	log.Info("scaled", "from", old, "to", n)
+	return old, nil
+}
+
+func (a *App) removeLocked(gone []*instance) {
+	drop := map[*instance]bool{}
+	for _, in := range gone {
+		drop[in] = true
+	}
+	keep := a.instances[:0]
+	for _, in := range a.instances {
+		if !drop[in] {
+			keep = append(keep, in)
+		}
+	}
+	clear(a.instances[len(keep):])
+	a.instances = keep
+}
+
+// Pause makes a flowlet's instances start no new step (a step in flight
+// finishes) until Resume. Its input queues fill meanwhile.
+func (a *App) Pause(flowletName string) error {
+	frt := a.byName[flowletName]
+	if frt == nil {
+		return fmt.Errorf("%w %q", ErrUnknownFlowlet, flowletName)
+	}
+	if !frt.paused.Swap(true) {
+		a.log.Info("paused", "flowlet", flowletName)
+	}
+	return nil
+}
+
+// Resume undoes Pause.
+func (a *App) Resume(flowletName string) error {
+	frt := a.byName[flowletName]
+	if frt == nil {
+		return fmt.Errorf("%w %q", ErrUnknownFlowlet, flowletName)
+	}
+	if frt.paused.Swap(false) {
+		a.log.Info("resumed", "flowlet", flowletName)
+	}
+	frt.resume.notify()
+	return nil
+}
+
+// Ready reports whether the app runs and every flowlet instance has started
+// (sinks published what an earlier run committed); otherwise it lists the
+// flowlets still waiting.
+func (a *App) Ready() (bool, []string) {
+	if !a.running.Load() {
+		return false, nil
+	}
+	a.instMu.Lock()
+	defer a.instMu.Unlock()
+	var waiting []string
+	for _, f := range a.flowlets {
+		for _, in := range f.insts {
+			if !in.started.Load() {
+				waiting = append(waiting, f.fl.Name)
+				break
+			}
+		}
+	}
+	return len(waiting) == 0, waiting
+}
+
+// Instances is the live instance count of a flowlet (0 if unknown).
+func (a *App) Instances(flowletName string) int {
+	if frt := a.byName[flowletName]; frt != nil {
+		return int(frt.n.Load())
+	}
+	return 0
+}
+
+// stepHist counts committed step durations in the buckets of tx.Histogram
+// (powers of two microseconds).
+type stepHist struct {
+	counts [len(tx.Histogram{}.Counts)]atomic.Uint64
+	count  atomic.Uint64
+	sum    atomic.Int64
+}
+
+func (h *stepHist) observe(d time.Duration) {
+	us := uint64(d / time.Microsecond)
+	i := 0
+	for us > 0 && i < len(h.counts)-1 {
+		us >>= 1
+		i++
+	}
+	h.counts[i].Add(1)
+	h.count.Add(1)
+	h.sum.Add(int64(d))
+}
+
+func (h *stepHist) snapshot() tx.Histogram {
+	var s tx.Histogram
+	for i := range h.counts {
+		s.Counts[i] = h.counts[i].Load()
+	}
+	s.Count = h.count.Load()
+	s.Sum = time.Duration(h.sum.Load())
+	return s
+}
+
+// StepDurations returns, per flowlet, the distribution of committed step
+// durations (from the start of the attempt that committed to its commit).
+func (a *App) StepDurations() map[string]tx.Histogram {
+	m := make(map[string]tx.Histogram, len(a.flowlets))
+	for _, f := range a.flowlets {
+		m[f.fl.Name] = f.hist.snapshot()
+	}
+	return m
+}
