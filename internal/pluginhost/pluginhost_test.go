@@ -394,11 +394,15 @@ func TestBuildFailure(t *testing.T) {
 // TestBuildCache: the cache is keyed by the sources, so an edit rebuilds
 // and an unchanged tree does not.
 func TestBuildCache(t *testing.T) {
-	dir := filepath.Join("testdata", "cachetest")
+	// A module of its own, so that edits to the repository's go.mod do not
+	// change the key while the test runs.
+	dir := filepath.Join(t.TempDir(), "cachetest")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module cachetest\n\ngo 1.26\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	write := func(msg string) {
 		src := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(" + strconv.Quote(msg) + ") }\n"
 		if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
