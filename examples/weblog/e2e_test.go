@@ -28,7 +28,7 @@ import (
 //	WEBLOG_E2E_LINES   lines of the generated log (default 200000)
 //	WEBLOG_E2E_KILLS   kills while the app runs (default 20)
 //	WEBLOG_E2E_SEED    seed of the log and of the kill times (default: random, logged)
-//	WEBLOG_E2E_KILL_MS most milliseconds a run processes before its kill (default 300)
+//	WEBLOG_E2E_KILL_MS most milliseconds a run processes before its kill (default: adapts)
 //	WEBLOG_E2E_KEEP    keep the work directory (logged) instead of removing it
 
 func envInt(t *testing.T, name string, def int) int {
@@ -131,20 +131,41 @@ func TestE2EKillRestart(t *testing.T) {
 	// at a random time up to killMS after it logged that it runs (while it
 	// processes). A run that drains before its kill ends the kill phase
 	// early, and the test fails asking for a longer log.
+	//
+	// killMax adapts to the machine unless WEBLOG_E2E_KILL_MS sets it: after
+	// the first quarter of the kills, the progress so far (read from the
+	// killed app's store) gives the processing rate, and killMax is chosen
+	// so that the remaining kills let the app process about a third of what
+	// is left, leaving the rest to the final run.
+	adapt := os.Getenv("WEBLOG_E2E_KILL_MS") == ""
 	killMax := time.Duration(envInt(t, "WEBLOG_E2E_KILL_MS", 300)) * time.Millisecond
 	began := time.Now()
 	killed, drained := 0, false
+	var ran time.Duration // sum of the delays of kills after "running"
 	for i := 0; i < kills && !drained; i++ {
+		if adapt && i == kills/4 && ran > 0 {
+			done := progress(t, export, app, data)
+			rate := float64(done) / ran.Seconds()
+			left := kills - i
+			if rate > 0 && int64(lines) > done {
+				// Post-running kills average killMax/2 each.
+				want := 0.35 * float64(int64(lines)-done) / rate / (0.75 * float64(left) / 2)
+				killMax = min(max(time.Duration(want*float64(time.Second)), 20*time.Millisecond), 3*time.Second)
+			}
+			t.Logf("after %d kills: %d of %d lines done, %.0f lines/s while running; kill delays now up to %v", i, done, lines, rate, killMax.Round(time.Millisecond))
+		}
 		from, _ := os.Stat(stderr)
 		cmd, f := start()
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
-		var timer <-chan time.Time
+		// Every fourth run: at a random moment of its first 400 ms, but no
+		// later than a regular kill would be.
+		startup := 10 * time.Second
 		if i%4 == 0 {
-			timer = time.After(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
-		} else {
-			timer = afterRunning(stderr, from, time.Duration(rng.Int64N(int64(killMax))+1))
+			startup = time.Duration(rng.Int64N(int64(400 * time.Millisecond)))
 		}
+		d := time.Duration(rng.Int64N(int64(killMax)) + 1)
+		timer, ranFor := killTimer(stderr, from, startup, d)
 		select {
 		case err := <-done:
 			f.Close()
@@ -157,6 +178,7 @@ func TestE2EKillRestart(t *testing.T) {
 			_ = cmd.Process.Signal(syscall.SIGKILL)
 			err := <-done
 			f.Close()
+			ran += ranFor()
 			var ee *exec.ExitError
 			switch {
 			case errors.As(err, &ee) && !ee.Exited():
@@ -173,6 +195,10 @@ func TestE2EKillRestart(t *testing.T) {
 	if killed < kills {
 		t.Errorf("killed only %d of %d times: the app drained first (raise WEBLOG_E2E_LINES or lower WEBLOG_E2E_KILL_MS)", killed, kills)
 	}
+
+	// How far the killed runs got (a store left by kill -9 opens like any
+	// other): evidence that the kills interrupted real work.
+	t.Logf("after the kills: %d of %d lines done", progress(t, export, app, data), lines)
 
 	// Let it drain.
 	drainStart := time.Now()
@@ -235,32 +261,63 @@ func TestE2EKillRestart(t *testing.T) {
 	checkHours(t, hours, res.BytesPerHour, true)
 }
 
-// afterRunning fires d after the app logs that it runs (in file after the
-// first from.Size() bytes), or after 10s if it never does.
-func afterRunning(file string, from os.FileInfo, d time.Duration) <-chan time.Time {
+// progress returns the lines an app's store has accounted for so far:
+// well-formed lines counted by status plus dead letters.
+func progress(t *testing.T, export, app, data string) int64 {
+	t.Helper()
+	out, err := exec.Command(export, "-app", app, "-data", data).Output()
+	if err != nil {
+		t.Fatalf("export: %v", err)
+	}
+	var r results
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatal(err)
+	}
+	n := r.Malformed
+	for _, c := range r.StatusCounts {
+		n += c
+	}
+	return n
+}
+
+// killTimer fires startup after now, or d after the app logs that it runs
+// (in file after the first from.Size() bytes), whichever comes first. ranFor
+// says, once it fired, how long the app had been running by then.
+func killTimer(file string, from os.FileInfo, startup, d time.Duration) (fire <-chan time.Time, ranFor func() time.Duration) {
 	var off int64
 	if from != nil {
 		off = from.Size()
 	}
+	spawned := time.Now()
 	ch := make(chan time.Time, 1)
+	var running time.Duration // since spawned; written before ch is sent to
 	go func() {
-		deadline := time.Now().Add(10 * time.Second)
 		buf := make([]byte, 64<<10)
-		for time.Now().Before(deadline) {
+		for time.Since(spawned) < startup {
 			f, err := os.Open(file)
 			if err == nil {
 				n, _ := f.ReadAt(buf, off)
 				f.Close()
 				if bytes.Contains(buf[:n], []byte("msg=running")) {
+					running = time.Since(spawned)
+					time.Sleep(min(d, startup-running))
 					break
 				}
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		time.Sleep(d)
 		ch <- time.Now()
 	}()
-	return ch
+	var fired time.Time
+	return ch, func() time.Duration {
+		if fired.IsZero() {
+			fired = time.Now()
+		}
+		if running == 0 {
+			return 0
+		}
+		return fired.Sub(spawned) - running
+	}
 }
 
 func run(t *testing.T, name string, args ...string) {
