@@ -1,0 +1,544 @@
+package httpapi
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/runtime"
+)
+
+// Bytes is a key, value or payload in JSON: {"text": "..."} when it is
+// valid UTF-8, {"base64": "..."} otherwise (as in the CLI's JSON).
+type Bytes struct {
+	Text   *string `json:"text,omitempty"`
+	Base64 *string `json:"base64,omitempty"`
+}
+
+// NewBytes encodes b.
+func NewBytes(b []byte) Bytes {
+	if utf8.Valid(b) {
+		s := string(b)
+		return Bytes{Text: &s}
+	}
+	s := base64.StdEncoding.EncodeToString(b)
+	return Bytes{Base64: &s}
+}
+
+// Raw decodes b.
+func (b Bytes) Raw() []byte {
+	if b.Text != nil {
+		return []byte(*b.Text)
+	}
+	if b.Base64 != nil {
+		r, _ := base64.StdEncoding.DecodeString(*b.Base64)
+		return r
+	}
+	return nil
+}
+
+// ReadyJSON is the body of /ready.
+type ReadyJSON struct {
+	Ready   bool     `json:"ready"`
+	Waiting []string `json:"waiting,omitempty"`
+}
+
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	ok, waiting := s.a.Ready()
+	code := http.StatusOK
+	if !ok {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, ReadyJSON{Ready: ok, Waiting: waiting})
+}
+
+// ScaleRequest is the body of POST /api/v1/flowlets/{flowlet}/scale.
+type ScaleRequest struct {
+	Instances int `json:"instances"`
+}
+
+// ScaleResponse answers it.
+type ScaleResponse struct {
+	Flowlet   string `json:"flowlet"`
+	Previous  int    `json:"previous"`
+	Instances int    `json:"instances"`
+}
+
+func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
+	fl := r.PathValue("flowlet")
+	var req ScaleRequest
+	if v := r.URL.Query().Get("instances"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("instances: %v", err))
+			return
+		}
+		req.Instances = n
+	} else if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf(`body: want {"instances": N}: %v`, err))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
+	defer cancel()
+	prev, err := s.a.Scale(ctx, fl, req.Instances)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	s.invalidate()
+	writeJSON(w, 200, ScaleResponse{Flowlet: fl, Previous: prev, Instances: s.a.Instances(fl)})
+}
+
+// PauseResponse answers pause and resume.
+type PauseResponse struct {
+	Flowlet string `json:"flowlet"`
+	Paused  bool   `json:"paused"`
+}
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	fl := r.PathValue("flowlet")
+	pause := strings.HasSuffix(r.URL.Path, "/pause")
+	var err error
+	if pause {
+		err = s.a.Pause(fl)
+	} else {
+		err = s.a.Resume(fl)
+	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	s.invalidate()
+	writeJSON(w, 200, PauseResponse{Flowlet: fl, Paused: pause})
+}
+
+func (s *Server) invalidate() {
+	s.stMu.Lock()
+	s.stTime = time.Time{}
+	s.stMu.Unlock()
+}
+
+func (s *Server) knownFlowlet(w http.ResponseWriter, fl string) bool {
+	if s.a.Plan().Flowlet(fl) == nil {
+		fail(w, fmt.Errorf("%w %q", runtime.ErrUnknownFlowlet, fl))
+		return false
+	}
+	return true
+}
+
+func (s *Server) tables(w http.ResponseWriter, r *http.Request) {
+	fl := r.PathValue("flowlet")
+	if !s.knownFlowlet(w, fl) {
+		return
+	}
+	ts, err := s.a.Inspect().Tables(s.a.Plan().App, fl)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	if ts == nil {
+		ts = []runtime.TableInfo{}
+	}
+	writeJSON(w, 200, ts)
+}
+
+// StateEntry is one key of a table (Value) or counter table (Count).
+type StateEntry struct {
+	Key   Bytes  `json:"key"`
+	Value *Bytes `json:"value,omitempty"`
+	Count *int64 `json:"count,omitempty"`
+}
+
+// StateTable is a scan of one table.
+type StateTable struct {
+	Name    string       `json:"name"`
+	Kind    string       `json:"kind"`
+	Entries []StateEntry `json:"entries"`
+}
+
+// state: with key (or key_base64) one entry, 404 when a table has no such
+// key; otherwise a scan (prefix, limit).
+func (s *Server) state(w http.ResponseWriter, r *http.Request) {
+	fl, table := r.PathValue("flowlet"), r.PathValue("table")
+	if !s.knownFlowlet(w, fl) {
+		return
+	}
+	q := r.URL.Query()
+	kind := q.Get("kind")
+	if kind == "" {
+		ts, err := s.a.Inspect().Tables(s.a.Plan().App, fl)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		for _, t := range ts {
+			if t.Name == table && (kind == "" || t.Kind == "table") {
+				kind = t.Kind
+			}
+		}
+		if kind == "" {
+			fail(w, fmt.Errorf("%w: flowlet %q has no table %q with data (pass kind=table or kind=counters to read an empty one)", errNotFound, fl, table))
+			return
+		}
+	}
+	if kind != "table" && kind != "counters" {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("kind must be table or counters, not %q", kind))
+		return
+	}
+	key, hasKey, err := bytesParam(q, "key")
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	prefix, _, err := bytesParam(q, "prefix")
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	limit, err := intParam(q.Get("limit"), 1000)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	out := StateTable{Name: table, Kind: kind, Entries: []StateEntry{}}
+	found := true
+	err = s.a.View(fl, func(st runtime.StateReader) error {
+		if hasKey {
+			e := StateEntry{Key: NewBytes(key)}
+			if kind == "counters" {
+				n, err := st.Counters(table).Get(key)
+				e.Count = &n
+				out.Entries = append(out.Entries, e)
+				return err
+			}
+			v, ok, err := st.Table(table).Get(key)
+			if ok {
+				b := NewBytes(v)
+				e.Value = &b
+				out.Entries = append(out.Entries, e)
+			}
+			found = ok
+			return err
+		}
+		opts := flowlet.ScanOptions{Prefix: prefix, Limit: limit}
+		if kind == "counters" {
+			it := st.Counters(table).Scan(opts)
+			defer it.Close()
+			for it.Next() {
+				n := it.Count()
+				out.Entries = append(out.Entries, StateEntry{Key: NewBytes(it.Key()), Count: &n})
+			}
+			return it.Err()
+		}
+		it := st.Table(table).Scan(opts)
+		defer it.Close()
+		for it.Next() {
+			v := NewBytes(it.Value())
+			out.Entries = append(out.Entries, StateEntry{Key: NewBytes(it.Key()), Value: &v})
+		}
+		return it.Err()
+	})
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	if !found {
+		fail(w, fmt.Errorf("%w: table %q of flowlet %q has no key %q", errNotFound, table, fl, key))
+		return
+	}
+	writeJSON(w, 200, out)
+}
+
+func bytesParam(q map[string][]string, name string) ([]byte, bool, error) {
+	if v, ok := q[name]; ok && len(v) > 0 {
+		return []byte(v[0]), true, nil
+	}
+	if v, ok := q[name+"_base64"]; ok && len(v) > 0 {
+		b, err := base64.StdEncoding.DecodeString(v[0])
+		if err != nil {
+			return nil, false, fmt.Errorf("%s_base64: %v", name, err)
+		}
+		return b, true, nil
+	}
+	return nil, false, nil
+}
+
+func intParam(v string, def int) (int, error) {
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("want a number >= 0, got %q", v)
+	}
+	return n, nil
+}
+
+// QueueJSON is one queue in GET /api/v1/queues (as `flowrun queue ls --json`).
+type QueueJSON struct {
+	Name       string      `json:"name"`
+	Partitions int         `json:"partitions"`
+	Events     int64       `json:"events"`
+	Bytes      int64       `json:"bytes"`
+	Groups     []GroupJSON `json:"groups"`
+}
+
+// GroupJSON is one consumer group of a queue.
+type GroupJSON struct {
+	Name      string `json:"name"`
+	Strategy  string `json:"strategy"`
+	Instances int    `json:"instances"`
+	Lag       int64  `json:"lag"`
+	Consumed  int64  `json:"consumed"`
+}
+
+func (s *Server) queues(w http.ResponseWriter, r *http.Request) {
+	qs, err := s.a.Inspect().Queues()
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	out := []QueueJSON{}
+	for _, q := range qs {
+		j := QueueJSON{Name: q.Name, Partitions: q.Config.Partitions, Events: q.Events, Bytes: q.Bytes, Groups: []GroupJSON{}}
+		for _, g := range q.Groups {
+			j.Groups = append(j.Groups, GroupJSON{g.Name, string(g.Strategy), g.Instances, g.Lag, g.Consumed})
+		}
+		out = append(out, j)
+	}
+	writeJSON(w, 200, out)
+}
+
+// EntryJSON is one stored queue entry (as `flowrun queue tail --json`).
+type EntryJSON struct {
+	ID        string             `json:"id"`
+	Enqueued  time.Time          `json:"enqueued"`
+	Keys      []flowlet.KeyValue `json:"keys,omitempty"`
+	EventTime *time.Time         `json:"event_time,omitempty"`
+	TraceID   string             `json:"trace_id,omitempty"`
+	Payload   Bytes              `json:"payload"`
+}
+
+// maxTailScan bounds the entries a tail reads (it keeps the newest n).
+const maxTailScan = 200000
+
+func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
+	qn := r.PathValue("queue")
+	n, err := intParam(r.URL.Query().Get("n"), 10)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	key := ""
+	if q := s.a.Plan().Queue(qn); q != nil {
+		key = q.Key
+	}
+	var es []runtime.QueueEntry
+	err = s.a.Inspect().Scan(qn, key, maxTailScan, func(e runtime.QueueEntry) bool {
+		e.Payload = append([]byte(nil), e.Payload...)
+		es = append(es, e)
+		return true
+	})
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	sort.SliceStable(es, func(i, j int) bool { return es[i].Enqueued.Before(es[j].Enqueued) })
+	if n > 0 && len(es) > n {
+		es = es[len(es)-n:]
+	}
+	out := []EntryJSON{}
+	for _, e := range es {
+		j := EntryJSON{ID: e.ID, Enqueued: e.Enqueued, Keys: e.Keys, TraceID: e.TraceID, Payload: NewBytes(e.Payload)}
+		if !e.EventTime.IsZero() {
+			t := e.EventTime
+			j.EventTime = &t
+		}
+		out = append(out, j)
+	}
+	writeJSON(w, 200, out)
+}
+
+// DeadLetterJSON is one dead letter (as `flowrun dlq ls --json`).
+type DeadLetterJSON struct {
+	Flowlet   string             `json:"flowlet"`
+	Input     string             `json:"input"`
+	EventID   string             `json:"event_id"`
+	Error     string             `json:"error"`
+	Attempts  int                `json:"attempts"`
+	Time      time.Time          `json:"time"`
+	Keys      []flowlet.KeyValue `json:"keys,omitempty"`
+	EventTime *time.Time         `json:"event_time,omitempty"`
+	TraceID   string             `json:"trace_id,omitempty"`
+	Payload   Bytes              `json:"payload"`
+}
+
+func (s *Server) dlq(w http.ResponseWriter, r *http.Request) {
+	limit, err := intParam(r.URL.Query().Get("limit"), 100)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	var fls []string
+	if fl := r.PathValue("flowlet"); fl != "" {
+		if !s.knownFlowlet(w, fl) {
+			return
+		}
+		fls = []string{fl}
+	} else {
+		for _, f := range s.a.Plan().Flowlets {
+			fls = append(fls, f.Name)
+		}
+	}
+	out := []DeadLetterJSON{}
+	st := s.a.Inspect()
+	for _, fl := range fls {
+		err := st.DeadLetters(fl, limit, func(d runtime.DeadLetter) bool {
+			j := DeadLetterJSON{Flowlet: d.Flowlet, Input: d.Input, EventID: d.EventID, Error: d.Error, Attempts: d.Attempts,
+				Time: d.Time, Keys: d.Keys, TraceID: d.TraceID, Payload: NewBytes(d.Payload)}
+			if !d.EventTime.IsZero() {
+				t := d.EventTime
+				j.EventTime = &t
+			}
+			out = append(out, j)
+			return true
+		})
+		if err != nil {
+			fail(w, err)
+			return
+		}
+	}
+	writeJSON(w, 200, out)
+}
+
+// ReplayResponse answers POST /api/v1/dlq/{flowlet}/replay.
+type ReplayResponse struct {
+	Replayed int `json:"replayed"`
+	Kept     int `json:"kept"`
+}
+
+func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
+	fl := r.PathValue("flowlet")
+	if !s.knownFlowlet(w, fl) {
+		return
+	}
+	f := s.a.Plan().Flowlet(fl)
+	inputs := map[string]string{}
+	for _, q := range f.Inputs {
+		inputs[q] = s.a.Plan().Queue(q).Key
+	}
+	if len(inputs) == 0 {
+		fail(w, fmt.Errorf("%w: flowlet %q consumes no input: its dead letters cannot be replayed", runtime.ErrBadRequest, fl))
+		return
+	}
+	rep, kept, err := s.a.Inspect().ReplayDeadLetters(fl, inputs)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	s.invalidate()
+	writeJSON(w, 200, ReplayResponse{Replayed: rep, Kept: kept})
+}
+
+// IngestRequest is the JSON body of POST /api/v1/ingest/{flowlet}.
+type IngestRequest struct {
+	Events []IngestEventJSON `json:"events"`
+}
+
+// IngestEventJSON is one event: payload as text or base64, optional keys.
+type IngestEventJSON struct {
+	Payload       *string           `json:"payload,omitempty"`
+	PayloadBase64 *string           `json:"payload_base64,omitempty"`
+	Keys          map[string]string `json:"keys,omitempty"`
+}
+
+// IngestResponse answers an ingest.
+type IngestResponse struct {
+	Accepted int `json:"accepted"`
+}
+
+// maxIngestBody bounds an ingest request.
+const maxIngestBody = 16 << 20
+
+func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
+	fl := r.PathValue("flowlet")
+	if !s.knownFlowlet(w, fl) {
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxIngestBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeErr(w, http.StatusRequestEntityTooLarge, fmt.Errorf("body larger than %d bytes", maxIngestBody))
+			return
+		}
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	var evs []runtime.IngestEvent
+	ct := r.Header.Get("Content-Type")
+	switch {
+	case strings.HasPrefix(ct, "application/json"):
+		var req IngestRequest
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("body: %v", err))
+			return
+		}
+		for i, e := range req.Events {
+			var ev runtime.IngestEvent
+			switch {
+			case e.Payload != nil && e.PayloadBase64 == nil:
+				ev.Payload = []byte(*e.Payload)
+			case e.PayloadBase64 != nil && e.Payload == nil:
+				if ev.Payload, err = base64.StdEncoding.DecodeString(*e.PayloadBase64); err != nil {
+					writeErr(w, http.StatusBadRequest, fmt.Errorf("event %d: payload_base64: %v", i, err))
+					return
+				}
+			default:
+				writeErr(w, http.StatusBadRequest, fmt.Errorf("event %d: give exactly one of payload and payload_base64", i))
+				return
+			}
+			names := make([]string, 0, len(e.Keys))
+			for k := range e.Keys {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			for _, k := range names {
+				ev.Keys = append(ev.Keys, flowlet.KeyValue{Name: k, Value: e.Keys[k]})
+			}
+			evs = append(evs, ev)
+		}
+	case r.URL.Query().Get("split") == "body":
+		if len(body) > 0 {
+			evs = append(evs, runtime.IngestEvent{Payload: body})
+		}
+	default:
+		sc := bufio.NewScanner(bytes.NewReader(body))
+		sc.Buffer(nil, maxIngestBody)
+		for sc.Scan() {
+			if l := bytes.TrimSuffix(sc.Bytes(), []byte("\r")); len(l) > 0 {
+				evs = append(evs, runtime.IngestEvent{Payload: append([]byte(nil), l...)})
+			}
+		}
+	}
+	n, err := s.a.Ingest(r.Context(), fl, r.URL.Query().Get("input"), evs)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, 200, IngestResponse{Accepted: n})
+}

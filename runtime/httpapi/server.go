@@ -1,0 +1,301 @@
+// Package httpapi is the HTTP server of a running flowrun app: health
+// (/ping, /ready), Prometheus metrics (/metrics), pprof (optional), a JSON
+// API to inspect and operate the app (status, scale, pause/resume, state,
+// queue tail, dead letters, ingest) and the web UI. specs/http.md documents
+// every endpoint and JSON shape.
+//
+// Security: the server listens on 127.0.0.1 by default. Any other address
+// needs a bearer token (New refuses to start without one), and then every
+// request must carry it ("Authorization: Bearer TOKEN", or the cookie the
+// UI gets from "/?token=TOKEN"). Without a token, requests must name a
+// loopback host (no DNS rebinding) and requests that change something must
+// not come from another origin.
+package httpapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/metrics"
+	"github.com/flowrun/flowrun/runtime/webui"
+)
+
+// DefaultAddr is where `flowrun run` listens unless --http says otherwise
+// (port 0: any free port, written to the address file).
+const DefaultAddr = "127.0.0.1:0"
+
+// TokenEnv is the environment variable holding the bearer token.
+const TokenEnv = "FLOWRUN_HTTP_TOKEN"
+
+// ErrTokenRequired: a non-loopback address without a token.
+var ErrTokenRequired = errors.New("listening on a non-loopback address requires a bearer token (--http-token or " + TokenEnv + ")")
+
+// Config configures a Server.
+type Config struct {
+	// Addr to listen on (default DefaultAddr).
+	Addr string
+	// Token, when set, is required on every request. It must be set for a
+	// non-loopback Addr.
+	Token string
+	// Pprof serves net/http/pprof under /debug/pprof/.
+	Pprof bool
+	// Logger for request errors (default: discard).
+	Logger *slog.Logger
+	// StatusMaxAge bounds how stale a served status may be (default
+	// 500ms): App.Status reads every queue's keys, so concurrent pollers
+	// share one.
+	StatusMaxAge time.Duration
+}
+
+// Server serves one app.
+type Server struct {
+	a   *runtime.App
+	cfg Config
+	log *slog.Logger
+	h   http.Handler
+
+	ln  net.Listener
+	srv *http.Server
+
+	stMu   sync.Mutex
+	st     runtime.Status
+	stTime time.Time
+}
+
+// IsLoopback reports whether a listen address binds only the loopback
+// interface ("127.0.0.1:8080", "[::1]:0", "localhost:9000"). An empty host
+// binds every interface.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// CheckConfig refuses a non-loopback address without a token.
+func CheckConfig(cfg Config) error {
+	addr := cfg.Addr
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("http address %q: %w", addr, err)
+	}
+	if !IsLoopback(addr) && cfg.Token == "" {
+		return fmt.Errorf("%w: %s", ErrTokenRequired, addr)
+	}
+	return nil
+}
+
+// New returns a server for a (not listening yet: see Start, or use Handler
+// with httptest).
+func New(a *runtime.App, cfg Config) (*Server, error) {
+	if err := CheckConfig(cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.StatusMaxAge <= 0 {
+		cfg.StatusMaxAge = 500 * time.Millisecond
+	}
+	s := &Server{a: a, cfg: cfg, log: cfg.Logger}
+	s.h = s.routes()
+	return s, nil
+}
+
+// Handler is the server's handler, authentication included.
+func (s *Server) Handler() http.Handler { return s.h }
+
+// Start listens on the configured address and serves in the background.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("http: listen on %s: %w", s.cfg.Addr, err)
+	}
+	s.ln = ln
+	s.srv = &http.Server{Handler: s.h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Addr is the address the server listens on (after Start).
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// URL is the server's base URL (after Start).
+func (s *Server) URL() string { return "http://" + s.Addr() }
+
+// Close stops the server, waiting up to ctx for requests in flight.
+func (s *Server) Close(ctx context.Context) error {
+	if s.srv == nil {
+		return nil
+	}
+	return s.srv.Shutdown(ctx)
+}
+
+// status returns the app's status, at most StatusMaxAge old.
+func (s *Server) status() runtime.Status {
+	s.stMu.Lock()
+	defer s.stMu.Unlock()
+	if time.Since(s.stTime) >= s.cfg.StatusMaxAge {
+		s.st = s.a.Status()
+		s.stTime = time.Now()
+	}
+	return s.st
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "pong")
+	})
+	mux.HandleFunc("GET /ready", s.ready)
+	mux.Handle("GET /metrics", metrics.Handler(metrics.Registry(s.a, s.status)))
+	if s.cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	mux.HandleFunc("GET /api/v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.status()) })
+	mux.HandleFunc("POST /api/v1/flowlets/{flowlet}/scale", s.scale)
+	mux.HandleFunc("POST /api/v1/flowlets/{flowlet}/pause", s.pause)
+	mux.HandleFunc("POST /api/v1/flowlets/{flowlet}/resume", s.pause)
+	mux.HandleFunc("GET /api/v1/state/{flowlet}", s.tables)
+	mux.HandleFunc("GET /api/v1/state/{flowlet}/{table}", s.state)
+	mux.HandleFunc("GET /api/v1/queues", s.queues)
+	mux.HandleFunc("GET /api/v1/queues/{queue}/tail", s.tail)
+	mux.HandleFunc("GET /api/v1/dlq", s.dlq)
+	mux.HandleFunc("GET /api/v1/dlq/{flowlet}", s.dlq)
+	mux.HandleFunc("POST /api/v1/dlq/{flowlet}/replay", s.replay)
+	mux.HandleFunc("POST /api/v1/ingest/{flowlet}", s.ingest)
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s (see specs/http.md)", r.Method, r.URL.Path))
+	})
+	ui := webui.Handler()
+	mux.Handle("/", ui)
+	return s.auth(mux)
+}
+
+const cookieName = "flowrun_token"
+
+// auth checks the token (or, without one, the Host and Origin headers).
+func (s *Server) auth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tok := s.cfg.Token; tok != "" {
+			// The UI: "/?token=T" sets a cookie and redirects, so the token
+			// leaves the address bar and the page's requests carry it.
+			if q := r.URL.Query().Get("token"); q != "" && r.Method == http.MethodGet && r.URL.Path == "/" && equal(q, tok) {
+				http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+				http.Redirect(w, r, "/", http.StatusSeeOther)
+				return
+			}
+			got := ""
+			if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+				got = strings.TrimSpace(h[len("Bearer "):])
+			} else if c, err := r.Cookie(cookieName); err == nil {
+				got = c.Value
+			}
+			if got == "" || !equal(got, tok) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="flowrun"`)
+				writeErr(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
+				return
+			}
+		} else if !loopbackHost(r.Host) {
+			// A loopback server without a token answers only requests
+			// addressed to a loopback name: a page on another site cannot
+			// reach it through DNS rebinding.
+			writeErr(w, http.StatusForbidden, fmt.Errorf("host %q not allowed (the server is bound to loopback without a token)", r.Host))
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host && o != "https://"+r.Host {
+				writeErr(w, http.StatusForbidden, fmt.Errorf("cross-origin request from %s refused", o))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
+
+func loopbackHost(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = hostport
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// errorJSON is every error's body.
+type errorJSON struct {
+	Error string `json:"error"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, errorJSON{Error: err.Error()})
+}
+
+// fail maps an error of the runtime to a status code.
+func fail(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, runtime.ErrBadRequest), errors.Is(err, queue.ErrBadName), errors.Is(err, queue.ErrEventTooLarge):
+		code = http.StatusBadRequest
+	case errors.Is(err, runtime.ErrUnknownFlowlet), errors.Is(err, queue.ErrUnknownQueue), errors.Is(err, errNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, runtime.ErrNotScalable):
+		code = http.StatusConflict
+	case errors.Is(err, runtime.ErrNotRunning):
+		code = http.StatusServiceUnavailable
+	}
+	writeErr(w, code, err)
+}
+
+var errNotFound = errors.New("not found")

@@ -1,0 +1,154 @@
+// Package metrics exports a running flowrun app in the Prometheus format
+// through the official client library. Every value is read from the app
+// when scraped (no second set of counters to keep in step); specs/http.md
+// lists the metrics.
+package metrics
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/tx"
+)
+
+// Collector is a prometheus.Collector over one app.
+type Collector struct {
+	a      *runtime.App
+	status func() runtime.Status
+
+	processed, emitted, failed, dead, conflicts *prometheus.Desc
+	instances, paused, backlog, dlq, rate       *prometheus.Desc
+	stepDur                                     *prometheus.Desc
+	txStarted, txCommits, txConflicts, txAborts *prometheus.Desc
+	txInvalidated, txInProgress, txCommitDur    *prometheus.Desc
+	queuePending, queueEvents, queueBytes       *prometheus.Desc
+	ready, uptime                               *prometheus.Desc
+}
+
+// New returns a collector for a. status gives the app's status (a cached
+// one, since Status reads every queue's keys); nil means a.Status.
+func New(a *runtime.App, status func() runtime.Status) *Collector {
+	if status == nil {
+		status = a.Status
+	}
+	app := prometheus.Labels{"app": a.Plan().App}
+	fl := []string{"flowlet"}
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, app)
+	}
+	return &Collector{
+		a: a, status: status,
+		processed: d("flowrun_flowlet_processed_total", "Input events consumed by committed steps (for sources: events emitted by committed steps).", fl...),
+		emitted:   d("flowrun_flowlet_emitted_total", "Events committed to the flowlet's output queues.", fl...),
+		failed:    d("flowrun_flowlet_failed_total", "Failed attempts (errors and panics; each retry counts).", fl...),
+		dead:      d("flowrun_flowlet_dead_lettered_total", "Entries this run wrote to the flowlet's dead-letter queue.", fl...),
+		conflicts: d("flowrun_flowlet_conflicts_total", "Steps retried after a write conflict.", fl...),
+		instances: d("flowrun_flowlet_instances", "Live instance count.", fl...),
+		paused:    d("flowrun_flowlet_paused", "1 while the flowlet is paused.", fl...),
+		backlog:   d("flowrun_flowlet_backlog", "Events in the flowlet's input queues it has not consumed.", fl...),
+		dlq:       d("flowrun_flowlet_dlq_size", "Entries waiting in the flowlet's dead-letter queue.", fl...),
+		rate:      d("flowrun_flowlet_events_per_second", "Processed events per second over the last second or so.", fl...),
+		stepDur:   d("flowrun_step_duration_seconds", "Duration of committed steps, from the start of the attempt that committed to its commit.", fl...),
+
+		txStarted:     d("flowrun_tx_started_total", "Transactions started."),
+		txCommits:     d("flowrun_tx_commits_total", "Transactions committed."),
+		txConflicts:   d("flowrun_tx_conflicts_total", "Commits refused for a write conflict."),
+		txAborts:      d("flowrun_tx_aborts_total", "Transactions aborted (empty steps, failures, conflicts)."),
+		txInvalidated: d("flowrun_tx_invalidated_total", "Transactions invalidated (timed out or failed to roll back)."),
+		txInProgress:  d("flowrun_tx_in_progress", "Transactions in progress."),
+		txCommitDur:   d("flowrun_tx_commit_duration_seconds", "Commit latency, log sync included."),
+
+		queuePending: d("flowrun_queue_pending", "Stored events a consumer group has not consumed yet.", "queue", "group"),
+		queueEvents:  d("flowrun_queue_events", "Committed entries stored in the queue (not yet evicted).", "queue"),
+		queueBytes:   d("flowrun_queue_bytes", "Payload bytes stored in the queue.", "queue"),
+		ready:        d("flowrun_ready", "1 when the app runs and every instance has started."),
+		uptime:       d("flowrun_uptime_seconds", "Seconds since the app started running."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.processed, c.emitted, c.failed, c.dead, c.conflicts, c.instances, c.paused,
+		c.backlog, c.dlq, c.rate, c.stepDur, c.txStarted, c.txCommits, c.txConflicts, c.txAborts, c.txInvalidated,
+		c.txInProgress, c.txCommitDur, c.queuePending, c.queueEvents, c.queueBytes, c.ready, c.uptime} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.status()
+	counter := func(d *prometheus.Desc, v uint64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	durs := c.a.StepDurations()
+	for _, f := range st.Flowlets {
+		counter(c.processed, f.Processed, f.Name)
+		counter(c.emitted, f.Emitted, f.Name)
+		counter(c.failed, f.Failed, f.Name)
+		counter(c.dead, f.DeadLettered, f.Name)
+		counter(c.conflicts, f.Conflicts, f.Name)
+		gauge(c.instances, float64(f.Instances), f.Name)
+		gauge(c.paused, b2f(f.Paused), f.Name)
+		gauge(c.backlog, float64(f.Backlog), f.Name)
+		gauge(c.dlq, float64(f.DLQ), f.Name)
+		gauge(c.rate, f.Rate, f.Name)
+		ch <- histogram(c.stepDur, durs[f.Name], f.Name)
+	}
+	ts := c.a.TxStats()
+	counter(c.txStarted, ts.Started)
+	counter(c.txCommits, ts.Committed)
+	counter(c.txConflicts, ts.Conflicts)
+	counter(c.txAborts, ts.Aborted)
+	counter(c.txInvalidated, ts.Invalidated)
+	gauge(c.txInProgress, float64(ts.InProgress))
+	ch <- histogram(c.txCommitDur, ts.CommitLatency)
+	for _, q := range st.Queues {
+		gauge(c.queueEvents, float64(q.Events), q.Name)
+		gauge(c.queueBytes, float64(q.Bytes), q.Name)
+		for g, lag := range q.Lag {
+			gauge(c.queuePending, float64(lag), q.Name, g)
+		}
+	}
+	gauge(c.ready, b2f(st.Ready))
+	gauge(c.uptime, st.Uptime)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// histogram turns a tx.Histogram (power-of-two microsecond buckets) into a
+// Prometheus histogram in seconds, with cumulative bucket counts.
+func histogram(d *prometheus.Desc, h tx.Histogram, labels ...string) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(h.Counts))
+	var cum uint64
+	for i, n := range h.Counts {
+		cum += n
+		buckets[h.BucketUpper(i).Seconds()] = cum
+	}
+	return prometheus.MustNewConstHistogram(d, h.Count, h.Sum.Seconds(), buckets, labels...)
+}
+
+// Registry returns a registry with the app's collector and the Go runtime
+// and process collectors.
+func Registry(a *runtime.App, status func() runtime.Status) *prometheus.Registry {
+	r := prometheus.NewRegistry()
+	r.MustRegister(New(a, status), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return r
+}
+
+// Handler serves the registry in the Prometheus text (or negotiated) format.
+func Handler(r *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(r, promhttp.HandlerOpts{Registry: r})
+}
