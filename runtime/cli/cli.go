@@ -109,7 +109,8 @@ func (g *globals) root() *cobra.Command {
 	pf.StringVar(&g.data, "data", "", "the app's data directory (default .flowrun/<app>)")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	root.AddCommand(g.runCmd(), g.validateCmd(), g.planCmd(), g.stateCmd(), g.queueCmd(), g.dlqCmd(), g.typesCmd())
+	root.AddCommand(g.runCmd(), g.validateCmd(), g.planCmd(), g.stateCmd(), g.queueCmd(), g.dlqCmd(), g.typesCmd(),
+		g.statusCmd(), g.topCmd(), g.scaleCmd())
 	return root
 }
 

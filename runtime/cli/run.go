@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/httpapi"
 )
 
 func (g *globals) runCmd() *cobra.Command {
@@ -22,6 +23,8 @@ func (g *globals) runCmd() *cobra.Command {
 	var progress string
 	var interval time.Duration
 	var cpuprofile string
+	var httpAddr, httpToken string
+	var withPprof bool
 	c := &cobra.Command{
 		Use:   "run APP.yaml",
 		Short: "run an app in the foreground until SIGINT/SIGTERM (or, with --drain, until its input is exhausted)",
@@ -34,7 +37,14 @@ input, every queue is empty and no step is in flight (tickers get one last
 tick first); it exits 1 if a source gave up on an error.
 
 On a terminal, a live view of events/s, backlog and dead letters per flowlet
-is drawn on stderr (--progress).`,
+is drawn on stderr (--progress).
+
+An HTTP server (specs/http.md) serves health checks, Prometheus metrics, a
+JSON API and a web UI of the flow graph on --http (default 127.0.0.1 on a
+free port; "off" disables it). Its URL is logged and written to http.json in
+the data directory, where flowrun status, top and scale find it. Any
+non-loopback address needs a bearer token (--http-token or
+` + httpapi.TokenEnv + `).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log, err := g.logger()
@@ -44,6 +54,15 @@ is drawn on stderr (--progress).`,
 			plan, err := parsePlan(args[0])
 			if err != nil {
 				return err
+			}
+			if httpToken == "" {
+				httpToken = os.Getenv(httpapi.TokenEnv)
+			}
+			hcfg := httpapi.Config{Addr: httpAddr, Token: httpToken, Pprof: withPprof, Logger: log}
+			if httpAddr != "off" {
+				if err := httpapi.CheckConfig(hcfg); err != nil {
+					return &exitError{ExitUsage, fmt.Errorf("--http: %w", err)}
+				}
 			}
 			a, err := runtime.Open(plan, runtime.Options{DataDir: g.dataDir(plan.App), NoSync: noSync, Logger: log, Drain: drain})
 			if err != nil {
@@ -59,6 +78,29 @@ is drawn on stderr (--progress).`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			stopHTTP := func() {}
+			if httpAddr != "off" {
+				srv, err := httpapi.New(a, hcfg)
+				if err == nil {
+					err = srv.Start()
+				}
+				if err != nil {
+					a.Close()
+					return &exitError{ExitFailure, err}
+				}
+				// Stopped before the app closes its store.
+				stopHTTP = func() {
+					httpapi.RemoveAddrFile(a.DataDir())
+					sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					defer cancel()
+					srv.Close(sctx)
+				}
+				info := httpapi.AddrInfo{URL: srv.URL(), PID: os.Getpid(), App: plan.App, TokenRequired: httpToken != "", Started: time.Now().UTC()}
+				if err := httpapi.WriteAddrFile(a.DataDir(), info); err != nil {
+					log.Warn("cannot write the HTTP address file", "err", err)
+				}
+				log.Info("http server listening", "app", plan.App, "url", srv.URL(), "ui", srv.URL()+"/", "metrics", srv.URL()+"/metrics", "pprof", withPprof)
+			}
 			show := progress == "always" || (progress == "auto" && isTTY(g.stderr))
 			done := make(chan struct{})
 			viewDone := make(chan struct{})
@@ -70,6 +112,7 @@ is drawn on stderr (--progress).`,
 			}()
 			log.Info("running", "app", plan.App, "data", a.DataDir(), "drain", drain)
 			runErr := a.Run(ctx)
+			stopHTTP()
 			close(done)
 			<-viewDone
 			st := a.Status()
@@ -96,6 +139,9 @@ is drawn on stderr (--progress).`,
 	f.DurationVar(&interval, "progress-interval", time.Second, "progress view refresh interval")
 	f.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	f.MarkHidden("cpuprofile")
+	f.StringVar(&httpAddr, "http", httpapi.DefaultAddr, `HTTP server address (API, metrics, web UI); "off" disables it`)
+	f.StringVar(&httpToken, "http-token", "", "bearer token required on every HTTP request (default $"+httpapi.TokenEnv+"); needed off loopback")
+	f.BoolVar(&withPprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP server")
 	g.addJSON(c)
 	c.Flags().Lookup("json").Usage = "at exit, write the final status as JSON to stdout"
 	return c
