@@ -1,6 +1,7 @@
 package weblog_test
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/planner"
 	_ "github.com/flowrun/flowrun/runtime/builtin"
+	"github.com/flowrun/flowrun/runtime/cli"
 )
 
 // plannerTypes returns the registered flowlet types (the runtime's built-in
@@ -95,5 +97,13 @@ func TestAppYAMLPlans(t *testing.T) {
 	}
 	if p := plan.Flowlet("reader").Config["path"]; p != "/data/x.log" {
 		t.Errorf("WEBLOG_INPUT ignored: %v", p)
+	}
+}
+
+// TestAppYAMLValidates runs `flowrun validate` (the weblog CLI's) on the app.
+func TestAppYAMLValidates(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := cli.Run([]string{"validate", "app.yaml"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("validate: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 }
