@@ -4,7 +4,7 @@
 "use strict";
 
 const SVGNS = "http://www.w3.org/2000/svg";
-const NODE_W = 190, NODE_H = 92, COL_GAP = 120, ROW_GAP = 28, PAD = 24;
+const NODE_W = 190, NODE_H = 92, COL_GAP = 190, ROW_GAP = 28, PAD = 24;
 let selected = null;
 let rowsFor = "";          // flowlet names the table rows were built for
 let graphFor = "";         // graph structure the SVG was built for
@@ -116,9 +116,11 @@ function drawGraph(st) {
       const dx = Math.max(40, (x2 - x1) / 2);
       const grp = svg("g", { class: "edge", "data-queue": e.queue, "data-to": e.to });
       grp.appendChild(svg("path", { d: `M ${x1} ${y1} C ${x1 + dx} ${y1}, ${x2 - dx} ${y2}, ${x2} ${y2}`, "marker-end": "url(#arrow)" }));
-      const lx = (x1 + x2) / 2, ly = (y1 + y2) / 2 - 6;
-      grp.appendChild(svg("text", { x: lx, y: ly, "text-anchor": "middle", class: "qname" }, e.queue));
-      grp.appendChild(svg("text", { x: lx, y: ly + 13, "text-anchor": "middle", class: "lag" }, ""));
+      // Labels end just before the consumer, above and below its arrow:
+      // consumers sit at different heights, so labels do not collide.
+      const lx = x2 - 10;
+      grp.appendChild(svg("text", { x: lx, y: y2 - 7, "text-anchor": "end", class: "qname" }, e.queue));
+      grp.appendChild(svg("text", { x: lx, y: y2 + 15, "text-anchor": "end", class: "lag" }, ""));
       eg.appendChild(grp);
     }
     g.appendChild(eg);
