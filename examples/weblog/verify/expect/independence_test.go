@@ -8,9 +8,10 @@ import (
 	"testing"
 )
 
-// TestNotImportedByPipeline guards the independence of the verifier: only
-// the verifier itself and the generator's tests may import this package.
-// If the pipeline shared this code, a bug in it would go unnoticed.
+// TestNotImportedByPipeline guards the independence of the verifier: no
+// pipeline code may import this package — if the pipeline shared this code, a
+// bug in it would go unnoticed. Tests (_test.go files) may: comparing a
+// pipeline's results with the verifier is what the verifier is for.
 func TestNotImportedByPipeline(t *testing.T) {
 	root, err := filepath.Abs("../../../..") // module root
 	if err != nil {
@@ -35,7 +36,7 @@ func TestNotImportedByPipeline(t *testing.T) {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(path, ".go") {
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
 		for _, a := range allowed {
