@@ -31,9 +31,16 @@ type Options struct {
 	// negative disables it: call Maintain).
 	EvictInterval time.Duration
 	// GCInterval is how often value-log GC runs (default 30s; negative
-	// disables it). GCDiscardRatio is Badger's discard ratio (default 0.5).
+	// disables it); when anything was freed since the last reclaim, the
+	// tick runs a full reclaim instead. GCDiscardRatio is Badger's discard
+	// ratio (default 0.5).
 	GCInterval     time.Duration
 	GCDiscardRatio float64
+	// ReclaimBytes: once this many payload bytes were evicted, truncated or
+	// deleted since the last reclaim, background eviction runs one
+	// (reclaim.go: flush memtables, compact the LSM, value-log GC). Default
+	// 128 MiB; negative disables it (Maintain still reclaims).
+	ReclaimBytes int64
 	// ChunkBytes caps one packed value (default 256 KiB). Larger runs of one
 	// transaction, partition and priority are split into chunks.
 	ChunkBytes int
@@ -68,6 +75,9 @@ func (o *Options) withDefaults() {
 	if o.GCDiscardRatio == 0 {
 		o.GCDiscardRatio = 0.5
 	}
+	if o.ReclaimBytes == 0 {
+		o.ReclaimBytes = 128 << 20
+	}
 	if o.ChunkBytes <= 0 {
 		o.ChunkBytes = 256 << 10
 	}
@@ -94,6 +104,10 @@ type Backend struct {
 	pruner *tx.Pruner
 
 	evictMu sync.Mutex // one eviction pass at a time
+
+	freed       atomic.Int64 // payload bytes evicted, truncated or deleted since Open
+	reclaimedAt atomic.Int64 // freed when the last reclaim started
+	reclaimMu   sync.Mutex
 }
 
 var _ queue.Backend = (*Backend)(nil)
@@ -125,7 +139,6 @@ type queueRT struct {
 	events, bytes       atomic.Int64 // committed, not evicted
 	resEvents, resBytes atomic.Int64 // reserved by in-flight producers
 	expired             atomic.Int64 // evicted by TTL before every group read them
-	evictedBytes        atomic.Int64 // payload bytes evicted since Open, for space reclaim
 	spaceMu             sync.Mutex
 	space               chan struct{} // closed when depth shrinks
 	rr                  atomic.Uint32 // producers' rotating start partition
@@ -387,10 +400,12 @@ func (b *Backend) DeleteQueue(name string) error {
 		return err
 	}
 	// Queue ids are never reused, so leftovers of a crash here are inert.
-	if _, _, err := b.deletePrefix(queuePrefix(q.id)); err != nil {
+	_, by, err := b.deletePrefix(queuePrefix(q.id))
+	b.freed.Add(by)
+	if err != nil {
 		return err
 	}
-	_, _, err := b.deletePrefix(stateQueuePrefix(q.id))
+	_, _, err = b.deletePrefix(stateQueuePrefix(q.id))
 	q.signalSpace()
 	return err
 }
@@ -404,6 +419,7 @@ func (b *Backend) TruncateQueue(name string) error {
 	ev, by, err := b.deletePrefix(queuePrefix(q.id))
 	q.events.Add(-ev)
 	q.bytes.Add(-by)
+	b.freed.Add(by)
 	q.signalSpace()
 	if err != nil {
 		return err
@@ -520,31 +536,15 @@ func (b *Backend) Rescale(name, group string, instances int) error {
 	return nil
 }
 
-// Maintain implements queue.Backend: one eviction pass, a full compaction
-// of the LSM (which drops evicted entries together with their tombstones,
-// and feeds value-log GC its discard statistics), then value-log GC until
-// Badger finds nothing worth rewriting. The background loop evicts and runs
-// GC without the compaction, leaving that to Badger's own compactors.
+// Maintain implements queue.Backend: one eviction pass, then a reclaim
+// (reclaim.go: memtable flush, LSM compaction, value-log GC) whatever was
+// freed. The background loop does the same on its own once ReclaimBytes
+// were freed.
 func (b *Backend) Maintain() error {
 	if err := b.evict(); err != nil {
 		return err
 	}
-	if err := b.db.Flatten(1); err != nil {
-		return err
-	}
-	return b.gc()
-}
-
-func (b *Backend) gc() error {
-	for {
-		err := b.db.RunValueLogGC(b.opts.GCDiscardRatio)
-		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
+	return b.reclaim()
 }
 
 // Kick asks for an eviction pass soon.
@@ -574,10 +574,19 @@ func (b *Backend) background() {
 			return
 		case <-evictC:
 			_ = b.evict() // retried next tick; errors here mean the DB is closing
+			if b.reclaimDue() {
+				_ = b.reclaim()
+			}
 		case <-b.kick:
 			_ = b.evict()
 		case <-gcC:
-			_ = b.gc()
+			// Whatever was freed since the last reclaim (a trickle never
+			// reaches ReclaimBytes) is reclaimed here; otherwise just GC.
+			if b.opts.ReclaimBytes > 0 && b.freed.Load() > b.reclaimedAt.Load() {
+				_ = b.reclaim()
+			} else {
+				_ = b.gc()
+			}
 		}
 	}
 }

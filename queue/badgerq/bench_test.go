@@ -279,3 +279,158 @@ func peakRSS() int64 {
 	}
 	return 0
 }
+
+// BenchmarkBacklogRSS fills a queue that has a group but no consumer, so
+// nothing is evicted, and samples the process's RSS every 250 ms while the
+// backlog grows to backlogBytes (or for backlogTime, whichever comes first).
+// It reports the RSS (anonymous + file-backed, and anonymous alone) at a
+// quarter, half and all of the run and the peak, plus the backlog written:
+// flat memory means the late samples match the early ones. Run it alone (the
+// peak is per process):
+//
+//	go test ./queue/badgerq -run '^$' -bench BacklogRSS -benchtime 1x
+func BenchmarkBacklogRSS(b *testing.B) {
+	for _, size := range []int{100, 1024} {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) { benchBacklog(b, size) })
+	}
+}
+
+var (
+	backlogBytes int64 = 2 << 30
+	backlogTime        = 75 * time.Second
+)
+
+const (
+	backlogBatch = 500
+)
+
+func init() {
+	if v, err := strconv.ParseInt(os.Getenv("BADGERQ_BACKLOG_MIB"), 10, 64); err == nil {
+		backlogBytes = v << 20
+	}
+	if v, err := time.ParseDuration(os.Getenv("BADGERQ_BACKLOG_TIME")); err == nil {
+		backlogTime = v
+	}
+}
+
+type rssSample struct {
+	at        time.Duration
+	bytes     int64 // backlog payload bytes so far
+	rss, anon int64
+}
+
+func benchBacklog(b *testing.B, size int) {
+	dir := b.TempDir()
+	db, err := OpenDB(dir, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bl, _ := tx.NewBadgerLog(db, tx.BadgerLogOptions{})
+	coord, err := tx.Open(tx.Options{Log: bl})
+	if err != nil {
+		b.Fatal(err)
+	}
+	be, err := Open(db, Options{Coordinator: coord, FastPath: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		be.Close()
+		coord.Close()
+		db.Close()
+	}()
+	qs := queue.New(be)
+	if err := qs.CreateQueue("q", queue.Config{}); err != nil {
+		b.Fatal(err)
+	}
+	if err := qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.RoundRobin, Instances: 1}); err != nil {
+		b.Fatal(err)
+	}
+	p, err := qs.Producer("q")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var written atomic.Int64
+	var samples []rssSample
+	began := time.Now()
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			rss, anon := currentRSS()
+			samples = append(samples, rssSample{at: time.Since(began), bytes: written.Load(), rss: rss, anon: anon})
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	ctx := coord.NewContext(p)
+	payload := make([]byte, size)
+	for written.Load() < backlogBytes && time.Since(began) < backlogTime {
+		if _, err := ctx.Start(10 * time.Second); err != nil {
+			b.Fatal(err)
+		}
+		for range backlogBatch {
+			if err := p.Enqueue(context.Background(), queue.Event{Payload: payload}); err != nil {
+				b.Fatal(ctx.Abort(err))
+			}
+		}
+		if err := ctx.Finish(); err != nil {
+			b.Fatal(err)
+		}
+		written.Add(int64(backlogBatch * size))
+	}
+	elapsed := time.Since(began)
+	close(stop)
+	<-sampled
+	info, err := qs.Info("q")
+	if err != nil || info.Bytes != written.Load() {
+		b.Fatalf("depth %d bytes after writing %d (%v)", info.Bytes, written.Load(), err)
+	}
+	at := func(frac float64) rssSample { return samples[min(len(samples)-1, int(float64(len(samples))*frac))] }
+	var peak, peakAnon int64
+	for _, s := range samples {
+		peak, peakAnon = max(peak, s.rss), max(peakAnon, s.anon)
+	}
+	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+	b.ReportMetric(float64(written.Load())/(1<<30), "backlog_GiB")
+	b.ReportMetric(float64(written.Load())/elapsed.Seconds()/1e6, "MB/s")
+	b.ReportMetric(mib(at(0.25).rss), "rss_25%_MiB")
+	b.ReportMetric(mib(at(0.5).rss), "rss_50%_MiB")
+	b.ReportMetric(mib(samples[len(samples)-1].rss), "rss_end_MiB")
+	b.ReportMetric(mib(peak), "rss_max_MiB")
+	b.ReportMetric(mib(at(0.25).anon), "anon_25%_MiB")
+	b.ReportMetric(mib(samples[len(samples)-1].anon), "anon_end_MiB")
+	b.ReportMetric(mib(peakAnon), "anon_max_MiB")
+	b.ReportMetric(mib(dirBytes(dir)), "disk_MiB")
+	if testing.Verbose() {
+		for _, s := range samples {
+			b.Logf("%6.1fs backlog %6.0f MiB rss %5.0f MiB anon %5.0f MiB", s.at.Seconds(), mib(s.bytes), mib(s.rss), mib(s.anon))
+		}
+	}
+}
+
+// currentRSS is VmRSS and RssAnon from /proc/self/status, in bytes.
+func currentRSS() (rss, anon int64) {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		for _, f := range []struct {
+			name string
+			dst  *int64
+		}{{"VmRSS:", &rss}, {"RssAnon:", &anon}} {
+			if rest, ok := strings.CutPrefix(line, f.name); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+				*f.dst = kb << 10
+			}
+		}
+	}
+	return rss, anon
+}

@@ -58,7 +58,7 @@ func newEnv(t *testing.T, fast bool) *queuetest.Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Open(db, Options{Coordinator: coord, FastPath: fast, EvictInterval: 20e6})
+	b, err := Open(db, Options{Coordinator: coord, FastPath: fast, EvictInterval: 20e6, ReclaimBytes: 4 << 20, GCInterval: 500e6})
 	if err != nil {
 		t.Fatal(err)
 	}

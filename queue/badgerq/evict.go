@@ -114,7 +114,7 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 		q.events.Add(-delEvents)
 		q.bytes.Add(-delBytes)
 		q.expired.Add(expired)
-		q.evictedBytes.Add(delBytes)
+		b.freed.Add(delBytes)
 		q.signalSpace()
 	}
 	return low, nil

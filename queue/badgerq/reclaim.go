@@ -1,0 +1,133 @@
+package badgerq
+
+import (
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Space reclamation. Packed values above the value threshold (1 KiB, see
+// TunedOptions) live in Badger's value log; the LSM holds their keys. The
+// space of an evicted entry comes back in three steps, none of which Badger
+// takes by itself in a useful time for a queue:
+//
+//  1. The eviction tombstones and the keys they delete must leave the
+//     memtable. A memtable flushes only when full, and queue metadata is a
+//     few hundred bytes per transaction, so one 16 MiB memtable can cover
+//     gigabytes of value log. reclaim fills the memtable with short-lived
+//     filler keys ("qf…", deleted again at once) so that it flushes now.
+//  2. A compaction must drop the deleted keys: that is what records, per
+//     value-log file, how many bytes are garbage. Flatten compacts the LSM
+//     (small: keys and metadata only) into one level.
+//  3. Value-log GC rewrites the live rest of every file that is mostly
+//     garbage and deletes it; in a queue consumed in order, old files are
+//     entirely garbage and are just deleted.
+//
+// The background loop runs a reclaim whenever ReclaimBytes of payload were
+// evicted, truncated or deleted since the last one; Maintain runs one now.
+
+const fillerTag = "qf"
+
+// reclaimDue reports whether enough was freed since the last reclaim.
+func (b *Backend) reclaimDue() bool {
+	return b.opts.ReclaimBytes > 0 && b.freed.Load()-b.reclaimedAt.Load() >= b.opts.ReclaimBytes
+}
+
+// reclaim gives the space of deleted entries back to the file system.
+func (b *Backend) reclaim() error {
+	b.reclaimMu.Lock()
+	defer b.reclaimMu.Unlock()
+	mark := b.freed.Load()
+	if err := b.flushMemtables(); err != nil {
+		return err
+	}
+	if err := b.db.Flatten(1); err != nil {
+		return err
+	}
+	if err := b.gc(); err != nil {
+		return err
+	}
+	b.reclaimedAt.Store(mark)
+	return nil
+}
+
+// flushMemtables writes filler (deleted again at the end) until the
+// memtables holding writes made before the call are flushed into at least two
+// L0 tables, so that Flatten compacts L0 too (it leaves a lone L0 table
+// alone). It gives up after flushWait or four memtables of filler: the next
+// reclaim picks up what this one missed.
+func (b *Backend) flushMemtables() error {
+	memtable := b.db.Opts().MemTableSize
+	const fillerValue = 512 // below the value threshold: stays in the memtable
+	val := make([]byte, fillerValue)
+	key := func(i int) []byte { return binary.BigEndian.AppendUint32([]byte(fillerTag), uint32(i)) }
+	before := map[uint64]bool{}
+	for _, t := range b.db.Tables() {
+		before[t.ID] = true
+	}
+	// Two new L0 tables: memtables flush in order, so the memtable that was
+	// current at the call has been flushed unless two were already waiting
+	// (rare: flushing is fast); and L0 then has the two tables Flatten needs.
+	// (DB.MaxVersion would say exactly which write reached a table, but it
+	// reads the memtable without a lock.)
+	flushed := func() bool {
+		n := 0
+		for _, t := range b.db.Tables() {
+			if t.Level == 0 && !before[t.ID] {
+				n++
+			}
+		}
+		return n >= 2
+	}
+	written := 0
+	deadline := time.Now().Add(flushWait)
+	var err error
+	for !flushed() && time.Now().Before(deadline) && int64(written*fillerValue) < 4*memtable {
+		wb := b.db.NewWriteBatch()
+		for range 256 {
+			if err = wb.Set(key(written), val); err != nil {
+				break
+			}
+			written++
+		}
+		if err == nil {
+			err = wb.Flush()
+		} else {
+			wb.Cancel()
+		}
+		if err != nil {
+			break
+		}
+		select {
+		case <-b.stop:
+			return errors.New("badgerq: closing")
+		default:
+		}
+	}
+	wb := b.db.NewWriteBatch()
+	for i := range written {
+		if e := wb.Delete(key(i)); e != nil && err == nil {
+			err = e
+		}
+	}
+	if e := wb.Flush(); e != nil && err == nil {
+		err = e
+	}
+	return err
+}
+
+const flushWait = 10 * time.Second
+
+func (b *Backend) gc() error {
+	for {
+		err := b.db.RunValueLogGC(b.opts.GCDiscardRatio)
+		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
