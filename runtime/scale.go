@@ -127,7 +127,7 @@ func (a *App) Scale(ctx context.Context, flowletName string, n int) (int, error)
 				if rerr := rescale(old); rerr != nil {
 					log.Error("scale up: rescale back failed", "err", rerr)
 				}
-				return old, fmt.Errorf("scale %s to %d: %w", flowletName, n, err)
+				return old, fmt.Errorf("%w: %s to %d instances: %w", ErrNotScalable, flowletName, n, err)
 			}
 			added = append(added, in)
 		}

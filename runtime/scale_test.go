@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -195,5 +196,50 @@ func checkSeq(t *testing.T, a *runtime.App, fl string, total, keys int) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestScaleRefusedByInit: a sink whose Init refuses a second instance keeps
+// its count, and the app goes on and drains with the sink's output intact.
+func TestScaleRefusedByInit(t *testing.T) {
+	dir := t.TempDir()
+	yaml := `
+app: refuse
+flowlets:
+  gen: {type: generator, config: {count: 3000, rate: 3000, payload: "e{seq}"}}
+  out: {type: file_sink, config: {path: out.txt}}
+connections:
+  - {from: gen, to: out}
+`
+	wd, _ := os.Getwd()
+	os.Chdir(dir)
+	defer os.Chdir(wd)
+	a, err := runtime.Open(plan(t, dir, yaml), runtime.Options{DataDir: filepath.Join(dir, "data"), NoSync: true, Drain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(ctx) }()
+	for ok := false; !ok; ok, _ = a.Ready() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := a.Scale(ctx, "out", 2); !errors.Is(err, runtime.ErrNotScalable) || !strings.Contains(err.Error(), "instances must be 1") {
+		t.Errorf("scaling a file_sink to 2: %v", err)
+	}
+	if n := a.Instances("out"); n != 1 {
+		t.Errorf("out has %d instances", n)
+	}
+	if err := <-runErr; err != nil || ctx.Err() != nil {
+		t.Fatalf("run: %v (ctx %v)", err, ctx.Err())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "out.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n != 3000 {
+		t.Errorf("sink wrote %d lines, want 3000", n)
 	}
 }

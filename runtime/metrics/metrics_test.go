@@ -1,0 +1,44 @@
+package metrics
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/flowrun/flowrun/tx"
+)
+
+// The tx histogram's power-of-two microsecond buckets become cumulative
+// Prometheus buckets in seconds.
+func TestHistogram(t *testing.T) {
+	var h tx.Histogram
+	h.Counts[0] = 1  // < 1µs
+	h.Counts[3] = 2  // [4µs, 8µs)
+	h.Counts[10] = 4 // [512µs, 1024µs)
+	h.Count = 7
+	h.Sum = 3 * time.Millisecond
+	d := prometheus.NewDesc("x", "x", []string{"flowlet"}, nil)
+	var m dto.Metric
+	if err := histogram(d, h, "f").Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	hm := m.GetHistogram()
+	if hm.GetSampleCount() != 7 || hm.GetSampleSum() != 0.003 {
+		t.Fatalf("count %d sum %v", hm.GetSampleCount(), hm.GetSampleSum())
+	}
+	want := map[float64]uint64{1e-6: 1, 4e-6: 1, 8e-6: 3, 512e-6: 3, 1024e-6: 7, h.BucketUpper(31).Seconds(): 7}
+	got := map[float64]uint64{}
+	for _, b := range hm.GetBucket() {
+		got[b.GetUpperBound()] = b.GetCumulativeCount()
+	}
+	for ub, c := range want {
+		if got[ub] != c {
+			t.Errorf("bucket ≤%gs: %d, want %d", ub, got[ub], c)
+		}
+	}
+	if len(got) != len(h.Counts) {
+		t.Errorf("%d buckets, want %d", len(got), len(h.Counts))
+	}
+}
