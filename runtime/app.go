@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/internal/pluginhost"
 	"github.com/flowrun/flowrun/internal/state"
 	"github.com/flowrun/flowrun/planner"
 	"github.com/flowrun/flowrun/queue"
@@ -40,6 +41,16 @@ type Options struct {
 	// how often queue maintenance (compaction, value-log GC) runs (default
 	// 1m). Eviction of consumed queue entries runs every 200ms regardless.
 	GCInterval, MaintainInterval time.Duration
+
+	// AppDir is the directory a relative `plugin:` path is relative to
+	// (default: the directory of the app file the plan was parsed from).
+	AppDir string
+	// PluginCacheDir is where plugin package directories are built
+	// (default: PluginCacheDir).
+	PluginCacheDir string
+	// PluginCallTimeout bounds every call into a plugin process; a plugin
+	// that exceeds it is killed and the step aborts (default 30s).
+	PluginCallTimeout time.Duration
 }
 
 func (o *Options) withDefaults(app string) {
@@ -128,6 +139,10 @@ type App struct {
 	running atomic.Bool
 
 	adminMu sync.Mutex // serializes dead-letter listing and replay
+
+	// plugins are the opened plugins of plugin flowlets, by flowlet name;
+	// closed after the instances.
+	plugins map[string]*pluginhost.Plugin
 }
 
 // flowletRT is what the instances of one flowlet share.
@@ -185,18 +200,28 @@ func Open(plan *planner.Plan, opts Options) (*App, error) {
 	if err := a.checkPlan(); err != nil {
 		return nil, err
 	}
+	if HasPlugins(plan) {
+		ps, err := openPlugins(context.Background(), plan, opts, a.log)
+		if err != nil {
+			return nil, err
+		}
+		a.plugins = ps
+	}
 	st, err := openStore(opts.DataDir, storeOptions{durable: !opts.NoSync})
 	if err != nil {
+		a.closePlugins()
 		return nil, err
 	}
 	a.st = st
 	a.wm = state.NewWatermark(st.coord)
 	if err := a.reconcile(); err != nil {
 		a.st.close()
+		a.closePlugins()
 		return nil, err
 	}
 	if err := a.build(); err != nil {
 		a.closeFlowlets()
+		a.closePlugins()
 		a.st.close()
 		return nil, err
 	}
@@ -206,12 +231,10 @@ func Open(plan *planner.Plan, opts Options) (*App, error) {
 func (a *App) checkPlan() error {
 	var errs []error
 	for _, f := range a.plan.Flowlets {
-		if f.Plugin != "" {
-			errs = append(errs, fmt.Errorf("flowlet %q: plugins are not supported by this runtime (plugin %q); register the type with flowlet.Register in a Go binary built on runtime/cli", f.Name, f.Plugin))
-			continue
-		}
-		if _, ok := flowlet.Lookup(f.Type); !ok {
-			errs = append(errs, fmt.Errorf("flowlet %q: unknown flowlet type %q", f.Name, f.Type))
+		if f.Plugin == "" {
+			if _, ok := flowlet.Lookup(f.Type); !ok {
+				errs = append(errs, fmt.Errorf("flowlet %q: unknown flowlet type %q", f.Name, f.Type))
+			}
 		}
 		for _, o := range f.Outputs {
 			if o == DLQOutput || o == ReplayOutput {
@@ -302,6 +325,9 @@ func (a *App) build() error {
 	a.fastPath = true
 	for _, f := range a.plan.Flowlets {
 		typ, _ := flowlet.Lookup(f.Type)
+		if p := a.plugins[f.Name]; p != nil {
+			typ = p.Type()
+		}
 		frt := &flowletRT{fl: f, typ: typ, st: &flowletStats{}, source: len(f.Inputs) == 0 && typ.Info.Source, resume: newSignal()}
 		frt.n.Store(int32(f.Instances))
 		a.flowlets = append(a.flowlets, frt)
@@ -440,10 +466,20 @@ func (a *App) Close() error {
 	}
 	a.closed = true
 	err := a.closeFlowlets()
+	a.closePlugins()
 	for _, s := range a.gcStores {
 		s.Close()
 	}
 	return errors.Join(err, a.st.close())
+}
+
+// closePlugins kills what is left of the plugins' processes (after the
+// instances closed theirs).
+func (a *App) closePlugins() {
+	for _, p := range a.plugins {
+		p.Close()
+	}
+	a.plugins = nil
 }
 
 // startLocked starts the driver of an instance (under instMu, with Run

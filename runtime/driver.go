@@ -117,7 +117,7 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 	}
 	in.f = frt.typ.New()
 	if err := flowlet.Check(in.f, frt.typ.Info); err != nil {
-		return nil, fmt.Errorf("flowlet %q (type %s): %w", f.Name, f.Type, err)
+		return nil, fmt.Errorf("flowlet %q (%s): %w", f.Name, typeName(f), err)
 	}
 	in.proc, _ = in.f.(flowlet.Processor)
 	in.batch, _ = in.f.(flowlet.BatchProcessor)
@@ -129,7 +129,7 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 		in.ticker = nil
 	}
 	if len(f.Inputs) > 0 && in.proc == nil && in.batch == nil {
-		return nil, fmt.Errorf("flowlet %q (type %s) has inputs but implements neither Process nor ProcessBatch", f.Name, f.Type)
+		return nil, fmt.Errorf("flowlet %q (%s) has inputs but implements neither Process nor ProcessBatch", f.Name, typeName(f))
 	}
 	if init, ok := in.f.(flowlet.Initializer); ok {
 		ic := flowlet.InitContext{Name: f.Name, Instance: idx, Instances: int(frt.n.Load()),

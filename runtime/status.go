@@ -174,7 +174,7 @@ func (a *App) Status() Status {
 			outs = append(outs, planner.QueueName(f.fl.Name, o))
 		}
 		s.Flowlets = append(s.Flowlets, FlowletStatus{
-			Name: f.fl.Name, Type: f.fl.Type, Instances: int(f.n.Load()), Source: f.source,
+			Name: f.fl.Name, Type: typeName(f.fl), Instances: int(f.n.Load()), Source: f.source,
 			Paused: f.paused.Load(), Inputs: f.fl.Inputs, Outputs: outs,
 			Processed: st.processed.Load(), Emitted: st.emitted.Load(), Failed: st.failed.Load(),
 			DeadLettered: st.dead.Load(), Conflicts: st.conflicts.Load(), Unrouted: st.unrouted.Load(),

@@ -95,6 +95,7 @@ type globals struct {
 	logFormat      string
 	logLevel       string
 	asJSON         bool
+	pluginCache    string
 }
 
 func (g *globals) root() *cobra.Command {
@@ -109,6 +110,7 @@ func (g *globals) root() *cobra.Command {
 	pf.StringVar(&g.data, "data", "", "the app's data directory (default .flowrun/<app>)")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	pf.StringVar(&g.pluginCache, "plugin-cache", os.Getenv("FLOWRUN_PLUGIN_CACHE"), "where plugin package directories are built (default $FLOWRUN_PLUGIN_CACHE, else flowrun/plugins in the user cache directory, else plugins in the data directory)")
 	root.AddCommand(g.runCmd(), g.validateCmd(), g.planCmd(), g.stateCmd(), g.queueCmd(), g.dlqCmd(), g.typesCmd(),
 		g.statusCmd(), g.topCmd(), g.scaleCmd())
 	return root

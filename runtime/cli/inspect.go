@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/base64"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"text/tabwriter"
@@ -23,7 +24,13 @@ func (g *globals) validateCmd() *cobra.Command {
 		Short:   "check an app file; print every problem as file:line:col: message",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := runtime.ParseFile(args[0])
+			plan, err := runtime.ParseFile(args[0])
+			if err == nil && runtime.HasPlugins(plan) {
+				// Build, start and describe every plugin: build failures
+				// and handshake errors are the app's errors too.
+				err = runtime.CheckPlugins(cmd.Context(), plan, runtime.Options{DataDir: g.dataDir(plan.App),
+					AppDir: filepath.Dir(args[0]), PluginCacheDir: g.pluginCache})
+			}
 			var el planner.ErrorList
 			if g.asJSON {
 				type ej struct {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -64,7 +65,8 @@ non-loopback address needs a bearer token (--http-token or
 					return &exitError{ExitUsage, fmt.Errorf("--http: %w", err)}
 				}
 			}
-			a, err := runtime.Open(plan, runtime.Options{DataDir: g.dataDir(plan.App), NoSync: noSync, Logger: log, Drain: drain})
+			a, err := runtime.Open(plan, runtime.Options{DataDir: g.dataDir(plan.App), NoSync: noSync, Logger: log, Drain: drain,
+				AppDir: filepath.Dir(args[0]), PluginCacheDir: g.pluginCache})
 			if err != nil {
 				return &exitError{ExitFailure, err}
 			}
