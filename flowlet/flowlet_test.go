@@ -2,6 +2,7 @@ package flowlet
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -176,3 +177,28 @@ func TestEmitOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestPermanent(t *testing.T) {
+	base := errors.New("bad record")
+	if Permanent(nil) != nil {
+		t.Error("Permanent(nil) != nil")
+	}
+	p := Permanent(base)
+	if !IsPermanent(p) || p.Error() != "bad record" || !errors.Is(p, base) {
+		t.Errorf("Permanent(err): permanent %v, %q, is base %v", IsPermanent(p), p, errors.Is(p, base))
+	}
+	if !IsPermanent(fmt.Errorf("step: %w", p)) {
+		t.Error("a wrapped permanent error is not permanent")
+	}
+	if IsPermanent(base) || IsPermanent(nil) {
+		t.Error("a plain error is permanent")
+	}
+	if !IsPermanent(selfPermanent{}) {
+		t.Error("an error with Permanent() true is not permanent")
+	}
+}
+
+type selfPermanent struct{}
+
+func (selfPermanent) Error() string   { return "self" }
+func (selfPermanent) Permanent() bool { return true }

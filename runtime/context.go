@@ -27,6 +27,22 @@ type DeadLetterer interface {
 	DeadLetter(payload []byte, reason string) error
 }
 
+// EventDeadLetterer is implemented by the flowlet.Context the runtime hands
+// to a step too. DeadLetterEvent puts an input event of the step in the
+// flowlet's dead-letter queue with its input queue, id, keys and headers, in
+// the step's transaction, so that `flowrun dlq replay` can feed it to the
+// flowlet again; the event counts as consumed when the step commits. Match
+// it structurally as well:
+//
+//	if dl, ok := ctx.(interface {
+//		DeadLetterEvent(flowlet.Event, string) error
+//	}); ok {
+//		return dl.DeadLetterEvent(ev, "bad status")
+//	}
+type EventDeadLetterer interface {
+	DeadLetterEvent(ev flowlet.Event, reason string) error
+}
+
 // maxDeadLetterPayload bounds what a DeadLetter call stores of its payload.
 const maxDeadLetterPayload = 1 << 20
 
@@ -67,8 +83,9 @@ type stepCtx struct {
 }
 
 var (
-	_ flowlet.Context = (*stepCtx)(nil)
-	_ DeadLetterer    = (*stepCtx)(nil)
+	_ flowlet.Context   = (*stepCtx)(nil)
+	_ DeadLetterer      = (*stepCtx)(nil)
+	_ EventDeadLetterer = (*stepCtx)(nil)
 )
 
 type mark struct{ emits, dead, undo int }
@@ -170,6 +187,19 @@ func (c *stepCtx) DeadLetter(payload []byte, reason string) error {
 		d.Input, d.EventID, d.Keys, d.EventTime, d.TraceID = ev.Input, ev.ID, slices.Clone(ev.Keys), ev.EventTime, ev.TraceID
 	}
 	c.dead = append(c.dead, d)
+	return nil
+}
+
+// DeadLetterEvent implements EventDeadLetterer.
+func (c *stepCtx) DeadLetterEvent(ev flowlet.Event, reason string) error {
+	payload := ev.Payload
+	if len(payload) > maxDeadLetterPayload {
+		reason = fmt.Sprintf("%s (payload of %d bytes truncated to %d)", reason, len(payload), maxDeadLetterPayload)
+		payload = payload[:maxDeadLetterPayload]
+	}
+	c.dead = append(c.dead, DeadLetter{Flowlet: c.in.fl.Name, Error: reason, Attempts: 1, Time: time.Now(),
+		Input: ev.Input, EventID: ev.ID, Keys: slices.Clone(ev.Keys), EventTime: ev.EventTime, TraceID: ev.TraceID,
+		Payload: slices.Clone(payload)})
 	return nil
 }
 

@@ -98,6 +98,8 @@ type instance struct {
 	attempts map[string]int
 	lastErr  map[string]string
 	isolate  map[string]bool
+	perm     map[string]bool // failed with a permanent error: dead-letter at once
+	batchErr map[string]int  // by first event: failures of a whole batch not yet isolated
 	closed   bool
 }
 
@@ -114,6 +116,8 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 		attempts: map[string]int{},
 		lastErr:  map[string]string{},
 		isolate:  map[string]bool{},
+		perm:     map[string]bool{},
+		batchErr: map[string]int{},
 	}
 	in.f = frt.typ.New()
 	if err := flowlet.Check(in.f, frt.typ.Info); err != nil {
@@ -543,6 +547,8 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 			delete(in.attempts, e.id)
 			delete(in.lastErr, e.id)
 			delete(in.isolate, e.id)
+			delete(in.perm, e.id)
+			delete(in.batchErr, e.id)
 		}
 		in.st.processed.Add(uint64(len(evs)))
 		in.frt.rate.add(len(evs))
@@ -632,7 +638,7 @@ func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait tim
 	live := evs[:0:0]
 	for i := range evs {
 		e := &evs[i]
-		if in.attempts[e.id] >= maxTries {
+		if in.attempts[e.id] >= maxTries || in.perm[e.id] {
 			in.deadLetter(sc, e, in.lastErr[e.id])
 			continue
 		}
@@ -658,17 +664,27 @@ func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait tim
 			return false, time.Nanosecond
 		}
 		in.logFailure(err, len(live))
+		perm := flowlet.IsPermanent(err)
 		if len(live) == 1 {
 			n := in.fail(live[0].id, err)
-			if n >= maxTries {
+			if n >= maxTries || perm {
+				in.perm[live[0].id] = perm
 				return true, 0 // dead-lettered on the redo
 			}
 			return false, in.backoff(n)
 		}
+		in.st.failed.Add(1)
+		if !perm && in.batchErr[live[0].id] == 0 {
+			// A transient failure (a plugin process that was killed, a
+			// timeout) is likely to pass: retry the whole batch once
+			// before processing it event by event.
+			in.batchErr[live[0].id]++
+			return false, in.backoff(1)
+		}
+		delete(in.batchErr, live[0].id)
 		for _, e := range live {
 			in.isolate[e.id] = true
 		}
-		in.st.failed.Add(1)
 		return true, 0
 	}
 	worst := 0
@@ -693,7 +709,7 @@ func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait tim
 		}
 		in.logFailure(err, 1)
 		n := in.fail(e.id, err)
-		if n >= maxTries {
+		if n >= maxTries || flowlet.IsPermanent(err) {
 			in.deadLetter(sc, e, err.Error())
 		} else {
 			worst = max(worst, n)
@@ -758,7 +774,7 @@ func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 			tries++
 			in.logFailure(gerr, 0)
 			in.st.failed.Add(1)
-			if tries > in.fl.Retry.Max {
+			if tries > in.fl.Retry.Max || flowlet.IsPermanent(gerr) {
 				return srcMore, gerr
 			}
 			in.retryWait(ctx, in.backoff(tries))
@@ -836,7 +852,7 @@ func (in *instance) ownStep(ctx context.Context, what string, fn func(*stepCtx) 
 			tries++
 			in.logFailure(fmt.Errorf("%s: %w", what, ferr), 0)
 			in.st.failed.Add(1)
-			if tries <= in.fl.Retry.Max {
+			if tries <= in.fl.Retry.Max && !flowlet.IsPermanent(ferr) {
 				in.retryWait(ctx, in.backoff(tries))
 				continue
 			}
