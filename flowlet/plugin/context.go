@@ -15,15 +15,21 @@ import (
 const scanPage = 512
 
 // stepCtx is the flowlet.Context of one call: it collects emits, writes and
-// dead letters for the response and sends reads to the host.
+// dead letters for the response and sends reads to the host. Emits are
+// packed (pb.PackedEmits) into buffers reused from call to call: the
+// response is marshalled before the host can make the next call.
 type stepCtx struct {
 	context.Context
 	s      *server
 	callID uint64
-	emits  []*pb.Emit
+	packed pb.PackedEmits
 	writes []*pb.StateOp
 	dead   []*pb.DeadLetter
 	failed error // a read failed: the step must fail even if the flowlet ignores it
+	keyed  bool  // some emit of the call has keys (key_counts is filled)
+	headed bool  // some emit has a header (event time, trace id, priority)
+	dlNext int   // where DeadLetterEvent starts looking for its event
+	resp   pb.StepResponse
 }
 
 // dlCtx is a stepCtx that can dead-letter, offered when the host's context
@@ -37,49 +43,120 @@ func (c *dlCtx) DeadLetter(payload []byte, reason string) error {
 	return nil
 }
 
+// dleCtx can dead-letter input events too (DeadLetterEvent), offered when
+// the host's context can.
+type dleCtx struct{ dlCtx }
+
+// DeadLetterEvent moves an input event of the step to the flowlet's
+// dead-letter queue with its input queue and id, in the step's transaction
+// (the runtime's optional Context method): `flowrun dlq replay` can replay
+// it. ev must be one of the step's events (matched by input and id).
+func (c *dleCtx) DeadLetterEvent(ev flowlet.Event, reason string) error {
+	evs := c.s.evs
+	for k := range evs {
+		i := (c.dlNext + k) % len(evs)
+		if evs[i].ID == ev.ID && evs[i].Input == ev.Input {
+			c.dlNext = i + 1
+			c.dead = append(c.dead, &pb.DeadLetter{Reason: reason, HasEvent: true, Event: uint32(i)})
+			return nil
+		}
+	}
+	return fmt.Errorf("flowrun plugin: DeadLetterEvent: event %q of %q is not an input of this step", ev.ID, ev.Input)
+}
+
 var (
 	_ flowlet.Context = (*stepCtx)(nil)
 	_ flowlet.Context = (*dlCtx)(nil)
+	_ flowlet.Context = (*dleCtx)(nil)
 )
 
 func (c *stepCtx) reset(ctx context.Context, id uint64) {
 	c.Context, c.callID = ctx, id
-	c.emits, c.writes, c.dead, c.failed = nil, nil, nil, nil
+	c.writes, c.dead, c.failed = nil, nil, nil
+	c.dlNext = 0
+	p := &c.packed
+	if cap(p.Payloads) > maxKeptBuffer {
+		p.Payloads = nil
+	}
+	p.Outputs, p.OutputIndex, p.Payloads, p.PayloadEnds = p.Outputs[:0], p.OutputIndex[:0], p.Payloads[:0], p.PayloadEnds[:0]
+	p.KeyNames, p.KeyCounts, p.KeyNameIndex, p.KeyValues, p.KeyValueEnds = p.KeyNames[:0], p.KeyCounts[:0], p.KeyNameIndex[:0], p.KeyValues[:0], p.KeyValueEnds[:0]
+	p.EventTimes, p.TraceIds, p.Priorities = p.EventTimes[:0], p.TraceIds[:0], p.Priorities[:0]
+	c.keyed, c.headed = false, false
 }
 
+// response is the call's response; it is valid until the next call.
 func (c *stepCtx) response(err error) *pb.StepResponse {
 	if err == nil && c.failed != nil {
 		err = fmt.Errorf("a state read failed: %w", c.failed)
 	}
-	r := &pb.StepResponse{Error: wireError(err)}
+	r := &c.resp
+	*r = pb.StepResponse{Error: wireError(err)}
 	if err == nil || r.Error.Kind == pb.Error_IDLE || r.Error.Kind == pb.Error_END_OF_INPUT {
-		r.Emits, r.Writes, r.DeadLetters = c.emits, c.writes, c.dead
+		r.Writes, r.DeadLetters = c.writes, c.dead
+		if len(c.packed.OutputIndex) > 0 {
+			r.PackedEmits = &c.packed
+		}
 	}
-	c.emits, c.writes, c.dead, c.Context = nil, nil, nil, nil
+	c.writes, c.dead, c.Context = nil, nil, nil
 	return r
 }
 
+// maxKeptBuffer bounds the emit buffer kept for the next call.
+const maxKeptBuffer = 8 << 20
+
 // Emit implements flowlet.Context.
 func (c *stepCtx) Emit(output string, payload []byte, opts ...flowlet.EmitOption) error {
-	e := &pb.Emit{Output: output, Payload: bytes.Clone(payload)}
-	if e.Payload == nil {
-		e.Payload = []byte{}
-	}
-	if len(opts) > 0 {
-		o := flowlet.ResolveEmitOptions(opts)
-		if len(o.Keys) > 0 {
-			e.Keys = make([]*pb.KeyValue, len(o.Keys))
-			for i, kv := range o.Keys {
-				e.Keys[i] = &pb.KeyValue{Name: kv.Name, Value: kv.Value}
-			}
+	p := &c.packed
+	n := len(p.OutputIndex)
+	p.OutputIndex = append(p.OutputIndex, index(&p.Outputs, output))
+	p.Payloads = append(p.Payloads, payload...)
+	p.PayloadEnds = append(p.PayloadEnds, uint32(len(p.Payloads)))
+	if len(opts) == 0 {
+		if c.keyed {
+			p.KeyCounts = append(p.KeyCounts, 0)
 		}
+		if c.headed {
+			p.EventTimes, p.TraceIds, p.Priorities = append(p.EventTimes, 0), append(p.TraceIds, ""), append(p.Priorities, 0)
+		}
+		return nil
+	}
+	o := flowlet.ResolveEmitOptions(opts)
+	if len(o.Keys) > 0 && !c.keyed {
+		c.keyed = true
+		p.KeyCounts = append(p.KeyCounts, make([]uint32, n)...)
+	}
+	if c.keyed {
+		p.KeyCounts = append(p.KeyCounts, uint32(len(o.Keys)))
+		for _, kv := range o.Keys {
+			p.KeyNameIndex = append(p.KeyNameIndex, index(&p.KeyNames, kv.Name))
+			p.KeyValues = append(p.KeyValues, kv.Value...)
+			p.KeyValueEnds = append(p.KeyValueEnds, uint32(len(p.KeyValues)))
+		}
+	}
+	if (!o.EventTime.IsZero() || o.TraceID != "" || o.Priority != 0) && !c.headed {
+		c.headed = true
+		p.EventTimes, p.TraceIds, p.Priorities = make([]int64, n), make([]string, n), make([]uint32, n)
+	}
+	if c.headed {
+		var et int64
 		if !o.EventTime.IsZero() {
-			e.EventTime = o.EventTime.UnixNano()
+			et = o.EventTime.UnixNano()
 		}
-		e.TraceId, e.Priority = o.TraceID, uint32(o.Priority)
+		p.EventTimes, p.TraceIds, p.Priorities = append(p.EventTimes, et), append(p.TraceIds, o.TraceID), append(p.Priorities, uint32(o.Priority))
 	}
-	c.emits = append(c.emits, e)
 	return nil
+}
+
+// index returns the position of s in *list, appending it if missing (the
+// lists are short: a flowlet's outputs, its key names).
+func index(list *[]string, s string) uint32 {
+	for i, v := range *list {
+		if v == s {
+			return uint32(i)
+		}
+	}
+	*list = append(*list, s)
+	return uint32(len(*list) - 1)
 }
 
 // State implements flowlet.Context.

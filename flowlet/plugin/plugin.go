@@ -43,6 +43,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -87,6 +90,10 @@ func Serve(newFlowlet func() flowlet.Flowlet, info flowlet.TypeInfo) {
 		os.Exit(1)
 	}
 	stderr := os.Stderr // go-plugin replaces os.Stderr with a pipe; log to the real one
+	if prefix := os.Getenv(ProfileEnv); prefix != "" {
+		startProfile(prefix)
+	}
+	go exitWithHost(os.Getppid())
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		Plugins: goplugin.PluginSet{Name: &grpcPlugin{
@@ -101,6 +108,43 @@ func Serve(newFlowlet func() flowlet.Flowlet, info flowlet.TypeInfo) {
 			Name: "go-plugin", Level: hclog.Warn, Output: stderr, JSONFormat: true,
 		}),
 	})
+}
+
+// exitWithHost exits the process once its parent, the host, is gone (a
+// host killed with SIGKILL cannot stop its plugins; they are reparented).
+func exitWithHost(host int) {
+	if host <= 1 {
+		return
+	}
+	for {
+		time.Sleep(250 * time.Millisecond)
+		if os.Getppid() != host {
+			fmt.Fprintln(os.Stderr, "flowrun plugin: the host process is gone; exiting")
+			os.Exit(2)
+		}
+	}
+}
+
+// ProfileEnv names an environment variable for diagnostics: when set, the
+// plugin writes a CPU profile of its life to "$FLOWRUN_PLUGIN_CPUPROFILE.<pid>",
+// complete once the host closed the instance (go tool pprof reads it).
+const ProfileEnv = "FLOWRUN_PLUGIN_CPUPROFILE"
+
+var stopProfile = func() {}
+
+func startProfile(prefix string) {
+	f, err := os.Create(fmt.Sprintf("%s.%d", prefix, os.Getpid()))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "flowrun plugin: cpu profile:", err)
+		return
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		fmt.Fprintln(os.Stderr, "flowrun plugin: cpu profile:", err)
+		return
+	}
+	var once sync.Once
+	stopProfile = func() { once.Do(func() { pprof.StopCPUProfile(); f.Close() }) }
 }
 
 // ServeType serves the flowlet type registered under name (flowlet.Register),

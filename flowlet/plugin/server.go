@@ -39,14 +39,14 @@ type server struct {
 	insts  int
 	logger *slog.Logger
 	sc     stepCtx
-	dlc    dlCtx
+	dlec   dleCtx
 	evs    []flowlet.Event
 }
 
 func newServer(broker *goplugin.GRPCBroker, nf func() flowlet.Flowlet, info flowlet.TypeInfo, stderr *os.File) *server {
 	s := &server{broker: broker, newFlowlet: nf, info: info, stderr: stderr}
 	s.sc.s = s
-	s.dlc.stepCtx = &s.sc
+	s.dlec.stepCtx = &s.sc
 	return s
 }
 
@@ -93,6 +93,9 @@ func (s *server) ProcessBatch(ctx context.Context, req *pb.BatchRequest) (*pb.St
 		return nil, status.Error(codes.FailedPrecondition, "flowrun plugin: ProcessBatch before Init")
 	}
 	s.evs = s.evs[:0]
+	if err := s.unpack(req.Packed); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	for _, e := range req.Events {
 		ev := flowlet.Event{ID: e.Id, Input: e.Input, Payload: e.Payload, TraceID: e.TraceId}
 		if e.EventTime != 0 {
@@ -122,7 +125,57 @@ func (s *server) ProcessBatch(ctx context.Context, req *pb.BatchRequest) (*pb.St
 		return nil, status.Error(codes.Unimplemented, "flowrun plugin: the flowlet implements neither Process nor ProcessBatch")
 	}
 	clear(s.evs) // drop references to the request
+	s.evs = s.evs[:0]
 	return s.sc.response(err), nil
+}
+
+// unpack appends the events of a packed batch to s.evs. Payloads are
+// sub-slices of the request's buffer, ids and inputs substrings of one
+// string per batch.
+func (s *server) unpack(p *pb.PackedEvents) error {
+	n := len(p.GetPayloadEnds())
+	if n == 0 {
+		return nil
+	}
+	if len(p.IdEnds) != n || (len(p.InputIndex) != 0 && len(p.InputIndex) != n) || (len(p.EventTimes) != 0 && len(p.EventTimes) != n) ||
+		(len(p.TraceIds) != 0 && len(p.TraceIds) != n) || len(p.Inputs) == 0 {
+		return errors.New("flowrun plugin: malformed packed batch (column lengths differ)")
+	}
+	ids := string(p.Ids)
+	var pe, ie uint32
+	for i := range n {
+		pEnd, iEnd := p.PayloadEnds[i], p.IdEnds[i]
+		if pEnd < pe || int(pEnd) > len(p.Payloads) || iEnd < ie || int(iEnd) > len(ids) {
+			return errors.New("flowrun plugin: malformed packed batch (offsets)")
+		}
+		ev := flowlet.Event{ID: ids[ie:iEnd], Payload: p.Payloads[pe:pEnd:pEnd], Input: p.Inputs[0]}
+		pe, ie = pEnd, iEnd
+		if len(p.InputIndex) > 0 {
+			k := p.InputIndex[i]
+			if int(k) >= len(p.Inputs) {
+				return errors.New("flowrun plugin: malformed packed batch (input index)")
+			}
+			ev.Input = p.Inputs[k]
+		}
+		if len(p.EventTimes) > 0 && p.EventTimes[i] != 0 {
+			ev.EventTime = time.Unix(0, p.EventTimes[i])
+		}
+		if len(p.TraceIds) > 0 {
+			ev.TraceID = p.TraceIds[i]
+		}
+		s.evs = append(s.evs, ev)
+	}
+	for _, k := range p.Keys {
+		if int(k.Event) >= n {
+			return errors.New("flowrun plugin: malformed packed batch (keys of a missing event)")
+		}
+		kvs := make([]flowlet.KeyValue, len(k.Keys))
+		for j, kv := range k.Keys {
+			kvs[j] = flowlet.KeyValue{Name: kv.Name, Value: kv.Value}
+		}
+		s.evs[k.Event].Keys = kvs
+	}
+	return nil
 }
 
 func (s *server) Generate(ctx context.Context, req *pb.StepRequest) (*pb.StepResponse, error) {
@@ -157,6 +210,7 @@ func (s *server) Close(context.Context, *pb.CloseRequest) (*pb.CloseResponse, er
 		}
 	}
 	s.f = nil
+	stopProfile()
 	if s.conn != nil {
 		s.conn.Close()
 		s.conn, s.host = nil, nil
@@ -168,8 +222,11 @@ func (s *server) Close(context.Context, *pb.CloseRequest) (*pb.CloseResponse, er
 // flowlet has DeadLetter only when the host's has.
 func (s *server) begin(ctx context.Context, req *pb.StepRequest) flowlet.Context {
 	s.sc.reset(ctx, req.GetCallId())
-	if req.GetDeadLetter() {
-		return &s.dlc
+	switch {
+	case req.GetDeadLetter() && req.GetDeadLetterEvent():
+		return &s.dlec
+	case req.GetDeadLetter():
+		return &s.dlec.dlCtx
 	}
 	return &s.sc
 }

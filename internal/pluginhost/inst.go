@@ -43,9 +43,9 @@ type inst struct {
 		err error // first failed write applied in a callback
 	}
 
-	evs  []pb.Event
-	evp  []*pb.Event
-	opts []flowlet.EmitOption
+	packed pb.PackedEvents // reused batch buffers
+	keys   []*pb.EventKeys
+	opts   []flowlet.EmitOption
 }
 
 type (
@@ -257,7 +257,7 @@ func (in *inst) callError(op string, err error, cctx, ctx context.Context, pr *p
 
 // call runs one step RPC with ctx as the step's context and applies its
 // response.
-func (in *inst) call(ctx flowlet.Context, op string, rpc func(context.Context, *proc, *pb.StepRequest) (*pb.StepResponse, error)) error {
+func (in *inst) call(ctx flowlet.Context, op string, evs []flowlet.Event, rpc func(context.Context, *proc, *pb.StepRequest) (*pb.StepResponse, error)) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	pr, err := in.ensure(ctx)
@@ -266,7 +266,8 @@ func (in *inst) call(ctx flowlet.Context, op string, rpc func(context.Context, *
 	}
 	in.callID++
 	_, canDL := ctx.(deadLetterer)
-	req := &pb.StepRequest{CallId: in.callID, DeadLetter: canDL}
+	_, canDLE := ctx.(eventDeadLetterer)
+	req := &pb.StepRequest{CallId: in.callID, DeadLetter: canDL, DeadLetterEvent: canDL && canDLE}
 	in.cb.mu.Lock()
 	in.cb.ctx, in.cb.id, in.cb.err = ctx, in.callID, nil
 	in.cb.mu.Unlock()
@@ -318,19 +319,14 @@ func (in *inst) call(ctx flowlet.Context, op string, rpc func(context.Context, *
 		for _, kv := range e.Keys {
 			opts = append(opts, flowlet.Key(kv.Name, kv.Value))
 		}
-		if e.EventTime != 0 {
-			opts = append(opts, flowlet.EventTime(time.Unix(0, e.EventTime)))
-		}
-		if e.TraceId != "" {
-			opts = append(opts, flowlet.TraceID(e.TraceId))
-		}
-		if e.Priority != 0 {
-			opts = append(opts, flowlet.Priority(uint8(e.Priority)))
-		}
+		opts = headers(opts, e.EventTime, e.TraceId, e.Priority)
 		in.opts = opts
 		if err := ctx.Emit(e.Output, e.Payload, opts...); err != nil {
 			return err
 		}
+	}
+	if err := in.emitPacked(ctx, resp.PackedEmits); err != nil {
+		return err
 	}
 	if len(resp.DeadLetters) > 0 {
 		dl, ok := ctx.(deadLetterer)
@@ -338,7 +334,21 @@ func (in *inst) call(ctx flowlet.Context, op string, rpc func(context.Context, *
 			return fmt.Errorf("flowlet %q: the plugin dead-lettered events but this context cannot", in.name)
 		}
 		for _, d := range resp.DeadLetters {
-			if err := dl.DeadLetter(d.Payload, d.Reason); err != nil {
+			var err error
+			if d.HasEvent {
+				dle, ok := ctx.(eventDeadLetterer)
+				switch {
+				case !ok:
+					err = fmt.Errorf("flowlet %q: the plugin dead-lettered an input event but this context cannot", in.name)
+				case int(d.Event) >= len(evs):
+					err = fmt.Errorf("flowlet %q: the plugin dead-lettered event %d of a batch of %d", in.name, d.Event, len(evs))
+				default:
+					err = dle.DeadLetterEvent(evs[d.Event], d.Reason)
+				}
+			} else {
+				err = dl.DeadLetter(d.Payload, d.Reason)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -346,46 +356,164 @@ func (in *inst) call(ctx flowlet.Context, op string, rpc func(context.Context, *
 	return result
 }
 
+func headers(opts []flowlet.EmitOption, eventTime int64, traceID string, priority uint32) []flowlet.EmitOption {
+	if eventTime != 0 {
+		opts = append(opts, flowlet.EventTime(time.Unix(0, eventTime)))
+	}
+	if traceID != "" {
+		opts = append(opts, flowlet.TraceID(traceID))
+	}
+	if priority != 0 {
+		opts = append(opts, flowlet.Priority(uint8(priority)))
+	}
+	return opts
+}
+
+// emitPacked emits a step's packed emits through ctx, checking every
+// offset and index (a plugin in another language may get them wrong).
+func (in *inst) emitPacked(ctx flowlet.Context, p *pb.PackedEmits) error {
+	n := len(p.GetOutputIndex())
+	if n == 0 {
+		return nil
+	}
+	bad := func(what string) error {
+		return fmt.Errorf("flowlet %q: the plugin returned malformed packed emits (%s)", in.name, what)
+	}
+	if len(p.PayloadEnds) != n || (len(p.KeyCounts) != 0 && len(p.KeyCounts) != n) ||
+		(len(p.EventTimes) != 0 && len(p.EventTimes) != n) || (len(p.TraceIds) != 0 && len(p.TraceIds) != n) ||
+		(len(p.Priorities) != 0 && len(p.Priorities) != n) || len(p.KeyNameIndex) != len(p.KeyValueEnds) {
+		return bad("column lengths differ")
+	}
+	values := string(p.KeyValues) // one allocation; key values are substrings
+	var pe, ve uint32
+	k := 0
+	for i := range n {
+		o, end := p.OutputIndex[i], p.PayloadEnds[i]
+		if int(o) >= len(p.Outputs) || end < pe || int(end) > len(p.Payloads) {
+			return bad("output index or payload offset")
+		}
+		opts := in.opts[:0]
+		if len(p.KeyCounts) > 0 {
+			c := int(p.KeyCounts[i])
+			if k+c > len(p.KeyNameIndex) {
+				return bad("key counts")
+			}
+			for ; c > 0; c-- {
+				ni, vend := p.KeyNameIndex[k], p.KeyValueEnds[k]
+				if int(ni) >= len(p.KeyNames) || vend < ve || int(vend) > len(values) {
+					return bad("key name index or value offset")
+				}
+				opts = append(opts, flowlet.Key(p.KeyNames[ni], values[ve:vend]))
+				ve = vend
+				k++
+			}
+		}
+		if len(p.EventTimes) > 0 {
+			opts = headers(opts, p.EventTimes[i], p.TraceIds[i], p.Priorities[i])
+		}
+		in.opts = opts
+		if err := ctx.Emit(p.Outputs[o], p.Payloads[pe:end:end], opts...); err != nil {
+			return err
+		}
+		pe = end
+	}
+	return nil
+}
+
 // deadLetterer is the runtime's optional Context method (runtime.DeadLetterer).
 type deadLetterer interface {
 	DeadLetter(payload []byte, reason string) error
 }
 
+// eventDeadLetterer is the runtime's optional Context method
+// (runtime.EventDeadLetterer).
+type eventDeadLetterer interface {
+	DeadLetterEvent(ev flowlet.Event, reason string) error
+}
+
 func (in *inst) processBatch(ctx flowlet.Context, evs []flowlet.Event) error {
-	return in.call(ctx, "ProcessBatch", func(cctx context.Context, pr *proc, step *pb.StepRequest) (*pb.StepResponse, error) {
-		if cap(in.evs) < len(evs) {
-			in.evs = make([]pb.Event, len(evs))
-			in.evp = make([]*pb.Event, len(evs))
-		}
-		in.evs, in.evp = in.evs[:len(evs)], in.evp[:len(evs)]
-		for i := range evs {
-			e := &evs[i]
-			pe := &in.evs[i]
-			pe.Id, pe.Input, pe.Payload, pe.TraceId, pe.EventTime, pe.Keys = e.ID, e.Input, e.Payload, e.TraceID, 0, nil
-			if !e.EventTime.IsZero() {
-				pe.EventTime = e.EventTime.UnixNano()
-			}
-			for _, kv := range e.Keys {
-				pe.Keys = append(pe.Keys, &pb.KeyValue{Name: kv.Name, Value: kv.Value})
-			}
-			in.evp[i] = pe
-		}
-		r, err := pr.client.ProcessBatch(cctx, &pb.BatchRequest{Step: step, Events: in.evp})
-		for i := range in.evs { // drop references to the caller's payloads
-			in.evs[i].Payload, in.evs[i].Keys = nil, nil
+	return in.call(ctx, "ProcessBatch", evs, func(cctx context.Context, pr *proc, step *pb.StepRequest) (*pb.StepResponse, error) {
+		r, err := pr.client.ProcessBatch(cctx, &pb.BatchRequest{Step: step, Packed: in.pack(evs)})
+		in.packed.Keys = nil // drop references to the caller's keys
+		clear(in.keys)
+		if cap(in.packed.Payloads) > maxKeptBuffer {
+			in.packed.Payloads = nil
 		}
 		return r, err
 	})
 }
 
+// maxKeptBuffer bounds the batch buffer kept for the next call.
+const maxKeptBuffer = 8 << 20
+
+// pack packs a batch into in.packed (its buffers are reused from call to
+// call; the request is marshalled before the call returns).
+func (in *inst) pack(evs []flowlet.Event) *pb.PackedEvents {
+	p := &in.packed
+	p.Payloads, p.PayloadEnds, p.Ids, p.IdEnds = p.Payloads[:0], p.PayloadEnds[:0], p.Ids[:0], p.IdEnds[:0]
+	p.Inputs, p.InputIndex, p.EventTimes, p.TraceIds, p.Keys = p.Inputs[:0], p.InputIndex[:0], p.EventTimes[:0], p.TraceIds[:0], nil
+	in.keys = in.keys[:0]
+	var times, traces bool
+	for i := range evs {
+		e := &evs[i]
+		p.Payloads = append(p.Payloads, e.Payload...)
+		p.PayloadEnds = append(p.PayloadEnds, uint32(len(p.Payloads)))
+		p.Ids = append(p.Ids, e.ID...)
+		p.IdEnds = append(p.IdEnds, uint32(len(p.Ids)))
+		k := index(&p.Inputs, e.Input)
+		if k != 0 && len(p.InputIndex) == 0 {
+			p.InputIndex = append(p.InputIndex, make([]uint32, i)...)
+		}
+		if len(p.InputIndex) > 0 {
+			p.InputIndex = append(p.InputIndex, k)
+		}
+		times = times || !e.EventTime.IsZero()
+		traces = traces || e.TraceID != ""
+		if len(e.Keys) > 0 {
+			ek := &pb.EventKeys{Event: uint32(i), Keys: make([]*pb.KeyValue, len(e.Keys))}
+			for j, kv := range e.Keys {
+				ek.Keys[j] = &pb.KeyValue{Name: kv.Name, Value: kv.Value}
+			}
+			in.keys = append(in.keys, ek)
+		}
+	}
+	if times {
+		for i := range evs {
+			var t int64
+			if !evs[i].EventTime.IsZero() {
+				t = evs[i].EventTime.UnixNano()
+			}
+			p.EventTimes = append(p.EventTimes, t)
+		}
+	}
+	if traces {
+		for i := range evs {
+			p.TraceIds = append(p.TraceIds, evs[i].TraceID)
+		}
+	}
+	p.Keys = in.keys
+	return p
+}
+
+// index returns the position of s in *list, appending it if missing.
+func index(list *[]string, s string) uint32 {
+	for i, v := range *list {
+		if v == s {
+			return uint32(i)
+		}
+	}
+	*list = append(*list, s)
+	return uint32(len(*list) - 1)
+}
+
 func (in *inst) tick(ctx flowlet.Context) error {
-	return in.call(ctx, "Tick", func(cctx context.Context, pr *proc, step *pb.StepRequest) (*pb.StepResponse, error) {
+	return in.call(ctx, "Tick", nil, func(cctx context.Context, pr *proc, step *pb.StepRequest) (*pb.StepResponse, error) {
 		return pr.client.Tick(cctx, step)
 	})
 }
 
 func (in *inst) generate(ctx flowlet.Context) error {
-	return in.call(ctx, "Generate", func(cctx context.Context, pr *proc, step *pb.StepRequest) (*pb.StepResponse, error) {
+	return in.call(ctx, "Generate", nil, func(cctx context.Context, pr *proc, step *pb.StepRequest) (*pb.StepResponse, error) {
 		return pr.client.Generate(cctx, step)
 	})
 }

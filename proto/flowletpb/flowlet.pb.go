@@ -81,7 +81,7 @@ func (x StateOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StateOp_Kind.Descriptor instead.
 func (StateOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{9, 0}
+	return file_flowlet_proto_rawDescGZIP(), []int{11, 0}
 }
 
 type Error_Kind int32
@@ -136,7 +136,7 @@ func (x Error_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Error_Kind.Descriptor instead.
 func (Error_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{11, 0}
+	return file_flowlet_proto_rawDescGZIP(), []int{13, 0}
 }
 
 type DescribeRequest struct {
@@ -534,9 +534,12 @@ type StepRequest struct {
 	CallId uint64 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
 	// The host's context can dead-letter an input in the step's transaction
 	// (StepResponse.dead_letters).
-	DeadLetter    bool `protobuf:"varint,2,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DeadLetter bool `protobuf:"varint,2,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	// The host's context can dead-letter a given input event with its input
+	// queue and id (DeadLetter.has_event), so that it can be replayed.
+	DeadLetterEvent bool `protobuf:"varint,3,opt,name=dead_letter_event,json=deadLetterEvent,proto3" json:"dead_letter_event,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StepRequest) Reset() {
@@ -583,10 +586,20 @@ func (x *StepRequest) GetDeadLetter() bool {
 	return false
 }
 
+func (x *StepRequest) GetDeadLetterEvent() bool {
+	if x != nil {
+		return x.DeadLetterEvent
+	}
+	return false
+}
+
 type BatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Step          *StepRequest           `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
-	Events        []*Event               `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Step  *StepRequest           `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	// The batch, one message per event. A host sends either events or
+	// packed (the Go host sends packed); a plugin must accept both.
+	Events        []*Event      `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	Packed        *PackedEvents `protobuf:"bytes,3,opt,name=packed,proto3" json:"packed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -635,6 +648,181 @@ func (x *BatchRequest) GetEvents() []*Event {
 	return nil
 }
 
+func (x *BatchRequest) GetPacked() *PackedEvents {
+	if x != nil {
+		return x.Packed
+	}
+	return nil
+}
+
+// PackedEvents is a batch of events in columns: the payloads (and the ids)
+// are concatenated into one bytes field, with the end offset of each, so a
+// batch costs a few fields instead of a message per event. Event i's
+// payload is payloads[payload_ends[i-1]:payload_ends[i]] (from 0 for i = 0).
+type PackedEvents struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Payloads    []byte                 `protobuf:"bytes,1,opt,name=payloads,proto3" json:"payloads,omitempty"`
+	PayloadEnds []uint32               `protobuf:"varint,2,rep,packed,name=payload_ends,json=payloadEnds,proto3" json:"payload_ends,omitempty"`
+	Ids         []byte                 `protobuf:"bytes,3,opt,name=ids,proto3" json:"ids,omitempty"`
+	IdEnds      []uint32               `protobuf:"varint,4,rep,packed,name=id_ends,json=idEnds,proto3" json:"id_ends,omitempty"`
+	// The distinct input queues; input_index[i] is event i's (empty when
+	// there is one input).
+	Inputs     []string `protobuf:"bytes,5,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	InputIndex []uint32 `protobuf:"varint,6,rep,packed,name=input_index,json=inputIndex,proto3" json:"input_index,omitempty"`
+	// Per event, or empty when no event has one: Unix ns (0 = unset), trace id.
+	EventTimes []int64  `protobuf:"varint,7,rep,packed,name=event_times,json=eventTimes,proto3" json:"event_times,omitempty"`
+	TraceIds   []string `protobuf:"bytes,8,rep,name=trace_ids,json=traceIds,proto3" json:"trace_ids,omitempty"`
+	// The events that carry keys.
+	Keys          []*EventKeys `protobuf:"bytes,9,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PackedEvents) Reset() {
+	*x = PackedEvents{}
+	mi := &file_flowlet_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PackedEvents) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PackedEvents) ProtoMessage() {}
+
+func (x *PackedEvents) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlet_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PackedEvents.ProtoReflect.Descriptor instead.
+func (*PackedEvents) Descriptor() ([]byte, []int) {
+	return file_flowlet_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PackedEvents) GetPayloads() []byte {
+	if x != nil {
+		return x.Payloads
+	}
+	return nil
+}
+
+func (x *PackedEvents) GetPayloadEnds() []uint32 {
+	if x != nil {
+		return x.PayloadEnds
+	}
+	return nil
+}
+
+func (x *PackedEvents) GetIds() []byte {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *PackedEvents) GetIdEnds() []uint32 {
+	if x != nil {
+		return x.IdEnds
+	}
+	return nil
+}
+
+func (x *PackedEvents) GetInputs() []string {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *PackedEvents) GetInputIndex() []uint32 {
+	if x != nil {
+		return x.InputIndex
+	}
+	return nil
+}
+
+func (x *PackedEvents) GetEventTimes() []int64 {
+	if x != nil {
+		return x.EventTimes
+	}
+	return nil
+}
+
+func (x *PackedEvents) GetTraceIds() []string {
+	if x != nil {
+		return x.TraceIds
+	}
+	return nil
+}
+
+func (x *PackedEvents) GetKeys() []*EventKeys {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type EventKeys struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Event         uint32                 `protobuf:"varint,1,opt,name=event,proto3" json:"event,omitempty"`
+	Keys          []*KeyValue            `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventKeys) Reset() {
+	*x = EventKeys{}
+	mi := &file_flowlet_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventKeys) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventKeys) ProtoMessage() {}
+
+func (x *EventKeys) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlet_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventKeys.ProtoReflect.Descriptor instead.
+func (*EventKeys) Descriptor() ([]byte, []int) {
+	return file_flowlet_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *EventKeys) GetEvent() uint32 {
+	if x != nil {
+		return x.Event
+	}
+	return 0
+}
+
+func (x *EventKeys) GetKeys() []*KeyValue {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
 type Emit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Output        string                 `protobuf:"bytes,1,opt,name=output,proto3" json:"output,omitempty"`
@@ -649,7 +837,7 @@ type Emit struct {
 
 func (x *Emit) Reset() {
 	*x = Emit{}
-	mi := &file_flowlet_proto_msgTypes[8]
+	mi := &file_flowlet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +849,7 @@ func (x *Emit) String() string {
 func (*Emit) ProtoMessage() {}
 
 func (x *Emit) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[8]
+	mi := &file_flowlet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +862,7 @@ func (x *Emit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Emit.ProtoReflect.Descriptor instead.
 func (*Emit) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{8}
+	return file_flowlet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Emit) GetOutput() string {
@@ -733,7 +921,7 @@ type StateOp struct {
 
 func (x *StateOp) Reset() {
 	*x = StateOp{}
-	mi := &file_flowlet_proto_msgTypes[9]
+	mi := &file_flowlet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +933,7 @@ func (x *StateOp) String() string {
 func (*StateOp) ProtoMessage() {}
 
 func (x *StateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[9]
+	mi := &file_flowlet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +946,7 @@ func (x *StateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateOp.ProtoReflect.Descriptor instead.
 func (*StateOp) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{9}
+	return file_flowlet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StateOp) GetKind() StateOp_Kind {
@@ -797,16 +985,21 @@ func (x *StateOp) GetDelta() int64 {
 }
 
 type DeadLetter struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Payload       []byte                 `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Payload []byte                 `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	Reason  string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The dead letter is input event number event of the batch, with its
+	// input queue, id, keys and payload (payload is then empty): the
+	// flowlet's DeadLetterEvent. Only when StepRequest.dead_letter_event.
+	HasEvent      bool   `protobuf:"varint,3,opt,name=has_event,json=hasEvent,proto3" json:"has_event,omitempty"`
+	Event         uint32 `protobuf:"varint,4,opt,name=event,proto3" json:"event,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_flowlet_proto_msgTypes[10]
+	mi := &file_flowlet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +1011,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[10]
+	mi := &file_flowlet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +1024,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{10}
+	return file_flowlet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeadLetter) GetPayload() []byte {
@@ -846,6 +1039,20 @@ func (x *DeadLetter) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *DeadLetter) GetHasEvent() bool {
+	if x != nil {
+		return x.HasEvent
+	}
+	return false
+}
+
+func (x *DeadLetter) GetEvent() uint32 {
+	if x != nil {
+		return x.Event
+	}
+	return 0
 }
 
 type Error struct {
@@ -863,7 +1070,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_flowlet_proto_msgTypes[11]
+	mi := &file_flowlet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1082,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[11]
+	mi := &file_flowlet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1095,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{11}
+	return file_flowlet_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Error) GetKind() Error_Kind {
@@ -930,18 +1137,21 @@ func (x *Error) GetStack() string {
 // letters through the step's context, in that order, unless error is set
 // with kind FAILED or PANIC (then the step fails and nothing is applied).
 type StepResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Emits         []*Emit                `protobuf:"bytes,1,rep,name=emits,proto3" json:"emits,omitempty"`
-	Writes        []*StateOp             `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
-	DeadLetters   []*DeadLetter          `protobuf:"bytes,3,rep,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
-	Error         *Error                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Emits in order: every one of emits, then every one of packed_emits
+	// (the Go SDK sends packed_emits only).
+	Emits         []*Emit       `protobuf:"bytes,1,rep,name=emits,proto3" json:"emits,omitempty"`
+	Writes        []*StateOp    `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
+	DeadLetters   []*DeadLetter `protobuf:"bytes,3,rep,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
+	Error         *Error        `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	PackedEmits   *PackedEmits  `protobuf:"bytes,5,opt,name=packed_emits,json=packedEmits,proto3" json:"packed_emits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StepResponse) Reset() {
 	*x = StepResponse{}
-	mi := &file_flowlet_proto_msgTypes[12]
+	mi := &file_flowlet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1163,7 @@ func (x *StepResponse) String() string {
 func (*StepResponse) ProtoMessage() {}
 
 func (x *StepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[12]
+	mi := &file_flowlet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1176,7 @@ func (x *StepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepResponse.ProtoReflect.Descriptor instead.
 func (*StepResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{12}
+	return file_flowlet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StepResponse) GetEmits() []*Emit {
@@ -997,6 +1207,153 @@ func (x *StepResponse) GetError() *Error {
 	return nil
 }
 
+func (x *StepResponse) GetPackedEmits() *PackedEmits {
+	if x != nil {
+		return x.PackedEmits
+	}
+	return nil
+}
+
+// PackedEmits are a step's emits in columns (see PackedEvents): emit i goes
+// to outputs[output_index[i]] with payload payloads[payload_ends[i-1]:
+// payload_ends[i]] and key_counts[i] keys, which are the next key_counts[i]
+// entries of key_name_index (into key_names) and key_values (ends in
+// key_value_ends).
+type PackedEmits struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Outputs     []string               `protobuf:"bytes,1,rep,name=outputs,proto3" json:"outputs,omitempty"`
+	OutputIndex []uint32               `protobuf:"varint,2,rep,packed,name=output_index,json=outputIndex,proto3" json:"output_index,omitempty"`
+	Payloads    []byte                 `protobuf:"bytes,3,opt,name=payloads,proto3" json:"payloads,omitempty"`
+	PayloadEnds []uint32               `protobuf:"varint,4,rep,packed,name=payload_ends,json=payloadEnds,proto3" json:"payload_ends,omitempty"`
+	KeyNames    []string               `protobuf:"bytes,5,rep,name=key_names,json=keyNames,proto3" json:"key_names,omitempty"`
+	// Per emit; empty when no emit has keys.
+	KeyCounts    []uint32 `protobuf:"varint,6,rep,packed,name=key_counts,json=keyCounts,proto3" json:"key_counts,omitempty"`
+	KeyNameIndex []uint32 `protobuf:"varint,7,rep,packed,name=key_name_index,json=keyNameIndex,proto3" json:"key_name_index,omitempty"`
+	KeyValues    []byte   `protobuf:"bytes,8,opt,name=key_values,json=keyValues,proto3" json:"key_values,omitempty"`
+	KeyValueEnds []uint32 `protobuf:"varint,9,rep,packed,name=key_value_ends,json=keyValueEnds,proto3" json:"key_value_ends,omitempty"`
+	// Per emit, or empty when no emit sets it: Unix ns (0 = unset), trace id,
+	// priority.
+	EventTimes    []int64  `protobuf:"varint,10,rep,packed,name=event_times,json=eventTimes,proto3" json:"event_times,omitempty"`
+	TraceIds      []string `protobuf:"bytes,11,rep,name=trace_ids,json=traceIds,proto3" json:"trace_ids,omitempty"`
+	Priorities    []uint32 `protobuf:"varint,12,rep,packed,name=priorities,proto3" json:"priorities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PackedEmits) Reset() {
+	*x = PackedEmits{}
+	mi := &file_flowlet_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PackedEmits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PackedEmits) ProtoMessage() {}
+
+func (x *PackedEmits) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlet_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PackedEmits.ProtoReflect.Descriptor instead.
+func (*PackedEmits) Descriptor() ([]byte, []int) {
+	return file_flowlet_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PackedEmits) GetOutputs() []string {
+	if x != nil {
+		return x.Outputs
+	}
+	return nil
+}
+
+func (x *PackedEmits) GetOutputIndex() []uint32 {
+	if x != nil {
+		return x.OutputIndex
+	}
+	return nil
+}
+
+func (x *PackedEmits) GetPayloads() []byte {
+	if x != nil {
+		return x.Payloads
+	}
+	return nil
+}
+
+func (x *PackedEmits) GetPayloadEnds() []uint32 {
+	if x != nil {
+		return x.PayloadEnds
+	}
+	return nil
+}
+
+func (x *PackedEmits) GetKeyNames() []string {
+	if x != nil {
+		return x.KeyNames
+	}
+	return nil
+}
+
+func (x *PackedEmits) GetKeyCounts() []uint32 {
+	if x != nil {
+		return x.KeyCounts
+	}
+	return nil
+}
+
+func (x *PackedEmits) GetKeyNameIndex() []uint32 {
+	if x != nil {
+		return x.KeyNameIndex
+	}
+	return nil
+}
+
+func (x *PackedEmits) GetKeyValues() []byte {
+	if x != nil {
+		return x.KeyValues
+	}
+	return nil
+}
+
+func (x *PackedEmits) GetKeyValueEnds() []uint32 {
+	if x != nil {
+		return x.KeyValueEnds
+	}
+	return nil
+}
+
+func (x *PackedEmits) GetEventTimes() []int64 {
+	if x != nil {
+		return x.EventTimes
+	}
+	return nil
+}
+
+func (x *PackedEmits) GetTraceIds() []string {
+	if x != nil {
+		return x.TraceIds
+	}
+	return nil
+}
+
+func (x *PackedEmits) GetPriorities() []uint32 {
+	if x != nil {
+		return x.Priorities
+	}
+	return nil
+}
+
 type CloseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1005,7 +1362,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_flowlet_proto_msgTypes[13]
+	mi := &file_flowlet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1017,7 +1374,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[13]
+	mi := &file_flowlet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1030,7 +1387,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{13}
+	return file_flowlet_proto_rawDescGZIP(), []int{16}
 }
 
 type CloseResponse struct {
@@ -1042,7 +1399,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_flowlet_proto_msgTypes[14]
+	mi := &file_flowlet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1411,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[14]
+	mi := &file_flowlet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1424,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{14}
+	return file_flowlet_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CloseResponse) GetError() string {
@@ -1089,7 +1446,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_flowlet_proto_msgTypes[15]
+	mi := &file_flowlet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1458,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[15]
+	mi := &file_flowlet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1471,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{15}
+	return file_flowlet_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetRequest) GetCallId() uint64 {
@@ -1155,7 +1512,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_flowlet_proto_msgTypes[16]
+	mi := &file_flowlet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1524,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[16]
+	mi := &file_flowlet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1537,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{16}
+	return file_flowlet_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetResponse) GetValue() []byte {
@@ -1209,7 +1566,7 @@ type CounterGetRequest struct {
 
 func (x *CounterGetRequest) Reset() {
 	*x = CounterGetRequest{}
-	mi := &file_flowlet_proto_msgTypes[17]
+	mi := &file_flowlet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1578,7 @@ func (x *CounterGetRequest) String() string {
 func (*CounterGetRequest) ProtoMessage() {}
 
 func (x *CounterGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[17]
+	mi := &file_flowlet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1591,7 @@ func (x *CounterGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterGetRequest.ProtoReflect.Descriptor instead.
 func (*CounterGetRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{17}
+	return file_flowlet_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CounterGetRequest) GetCallId() uint64 {
@@ -1274,7 +1631,7 @@ type CounterGetResponse struct {
 
 func (x *CounterGetResponse) Reset() {
 	*x = CounterGetResponse{}
-	mi := &file_flowlet_proto_msgTypes[18]
+	mi := &file_flowlet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1643,7 @@ func (x *CounterGetResponse) String() string {
 func (*CounterGetResponse) ProtoMessage() {}
 
 func (x *CounterGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[18]
+	mi := &file_flowlet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1656,7 @@ func (x *CounterGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterGetResponse.ProtoReflect.Descriptor instead.
 func (*CounterGetResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{18}
+	return file_flowlet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CounterGetResponse) GetCount() int64 {
@@ -1329,7 +1686,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_flowlet_proto_msgTypes[19]
+	mi := &file_flowlet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1698,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[19]
+	mi := &file_flowlet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1711,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{19}
+	return file_flowlet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ScanRequest) GetCallId() uint64 {
@@ -1438,7 +1795,7 @@ type ScanEntry struct {
 
 func (x *ScanEntry) Reset() {
 	*x = ScanEntry{}
-	mi := &file_flowlet_proto_msgTypes[20]
+	mi := &file_flowlet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1807,7 @@ func (x *ScanEntry) String() string {
 func (*ScanEntry) ProtoMessage() {}
 
 func (x *ScanEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[20]
+	mi := &file_flowlet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1820,7 @@ func (x *ScanEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanEntry.ProtoReflect.Descriptor instead.
 func (*ScanEntry) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{20}
+	return file_flowlet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ScanEntry) GetKey() []byte {
@@ -1498,7 +1855,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_flowlet_proto_msgTypes[21]
+	mi := &file_flowlet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1867,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[21]
+	mi := &file_flowlet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1880,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{21}
+	return file_flowlet_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ScanResponse) GetEntries() []*ScanEntry {
@@ -1550,7 +1907,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_flowlet_proto_msgTypes[22]
+	mi := &file_flowlet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1919,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[22]
+	mi := &file_flowlet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1932,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{22}
+	return file_flowlet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ApplyRequest) GetCallId() uint64 {
@@ -1600,7 +1957,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_flowlet_proto_msgTypes[23]
+	mi := &file_flowlet_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1969,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[23]
+	mi := &file_flowlet_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1982,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{23}
+	return file_flowlet_proto_rawDescGZIP(), []int{26}
 }
 
 var File_flowlet_proto protoreflect.FileDescriptor
@@ -1661,14 +2018,31 @@ const file_flowlet_proto_rawDesc = "" +
 	"\x04keys\x18\x04 \x03(\v2\x1c.flowrun.flowlet.v1.KeyValueR\x04keys\x12\x1d\n" +
 	"\n" +
 	"event_time\x18\x05 \x01(\x03R\teventTime\x12\x19\n" +
-	"\btrace_id\x18\x06 \x01(\tR\atraceId\"G\n" +
+	"\btrace_id\x18\x06 \x01(\tR\atraceId\"s\n" +
 	"\vStepRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12\x1f\n" +
 	"\vdead_letter\x18\x02 \x01(\bR\n" +
-	"deadLetter\"v\n" +
+	"deadLetter\x12*\n" +
+	"\x11dead_letter_event\x18\x03 \x01(\bR\x0fdeadLetterEvent\"\xb0\x01\n" +
 	"\fBatchRequest\x123\n" +
 	"\x04step\x18\x01 \x01(\v2\x1f.flowrun.flowlet.v1.StepRequestR\x04step\x121\n" +
-	"\x06events\x18\x02 \x03(\v2\x19.flowrun.flowlet.v1.EventR\x06events\"\xc0\x01\n" +
+	"\x06events\x18\x02 \x03(\v2\x19.flowrun.flowlet.v1.EventR\x06events\x128\n" +
+	"\x06packed\x18\x03 \x01(\v2 .flowrun.flowlet.v1.PackedEventsR\x06packed\"\xa2\x02\n" +
+	"\fPackedEvents\x12\x1a\n" +
+	"\bpayloads\x18\x01 \x01(\fR\bpayloads\x12!\n" +
+	"\fpayload_ends\x18\x02 \x03(\rR\vpayloadEnds\x12\x10\n" +
+	"\x03ids\x18\x03 \x01(\fR\x03ids\x12\x17\n" +
+	"\aid_ends\x18\x04 \x03(\rR\x06idEnds\x12\x16\n" +
+	"\x06inputs\x18\x05 \x03(\tR\x06inputs\x12\x1f\n" +
+	"\vinput_index\x18\x06 \x03(\rR\n" +
+	"inputIndex\x12\x1f\n" +
+	"\vevent_times\x18\a \x03(\x03R\n" +
+	"eventTimes\x12\x1b\n" +
+	"\ttrace_ids\x18\b \x03(\tR\btraceIds\x121\n" +
+	"\x04keys\x18\t \x03(\v2\x1d.flowrun.flowlet.v1.EventKeysR\x04keys\"S\n" +
+	"\tEventKeys\x12\x14\n" +
+	"\x05event\x18\x01 \x01(\rR\x05event\x120\n" +
+	"\x04keys\x18\x02 \x03(\v2\x1c.flowrun.flowlet.v1.KeyValueR\x04keys\"\xc0\x01\n" +
 	"\x04Emit\x12\x16\n" +
 	"\x06output\x18\x01 \x01(\tR\x06output\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x120\n" +
@@ -1688,11 +2062,13 @@ const file_flowlet_proto_rawDesc = "" +
 	"\x03PUT\x10\x01\x12\n" +
 	"\n" +
 	"\x06DELETE\x10\x02\x12\a\n" +
-	"\x03ADD\x10\x03\">\n" +
+	"\x03ADD\x10\x03\"q\n" +
 	"\n" +
 	"DeadLetter\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xf2\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1b\n" +
+	"\thas_event\x18\x03 \x01(\bR\bhasEvent\x12\x14\n" +
+	"\x05event\x18\x04 \x01(\rR\x05event\"\xf2\x01\n" +
 	"\x05Error\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.flowrun.flowlet.v1.Error.KindR\x04kind\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
@@ -1705,12 +2081,32 @@ const file_flowlet_proto_rawDesc = "" +
 	"\x06FAILED\x10\x01\x12\t\n" +
 	"\x05PANIC\x10\x02\x12\b\n" +
 	"\x04IDLE\x10\x03\x12\x10\n" +
-	"\fEND_OF_INPUT\x10\x04\"\xe7\x01\n" +
+	"\fEND_OF_INPUT\x10\x04\"\xab\x02\n" +
 	"\fStepResponse\x12.\n" +
 	"\x05emits\x18\x01 \x03(\v2\x18.flowrun.flowlet.v1.EmitR\x05emits\x123\n" +
 	"\x06writes\x18\x02 \x03(\v2\x1b.flowrun.flowlet.v1.StateOpR\x06writes\x12A\n" +
 	"\fdead_letters\x18\x03 \x03(\v2\x1e.flowrun.flowlet.v1.DeadLetterR\vdeadLetters\x12/\n" +
-	"\x05error\x18\x04 \x01(\v2\x19.flowrun.flowlet.v1.ErrorR\x05error\"\x0e\n" +
+	"\x05error\x18\x04 \x01(\v2\x19.flowrun.flowlet.v1.ErrorR\x05error\x12B\n" +
+	"\fpacked_emits\x18\x05 \x01(\v2\x1f.flowrun.flowlet.v1.PackedEmitsR\vpackedEmits\"\x8e\x03\n" +
+	"\vPackedEmits\x12\x18\n" +
+	"\aoutputs\x18\x01 \x03(\tR\aoutputs\x12!\n" +
+	"\foutput_index\x18\x02 \x03(\rR\voutputIndex\x12\x1a\n" +
+	"\bpayloads\x18\x03 \x01(\fR\bpayloads\x12!\n" +
+	"\fpayload_ends\x18\x04 \x03(\rR\vpayloadEnds\x12\x1b\n" +
+	"\tkey_names\x18\x05 \x03(\tR\bkeyNames\x12\x1d\n" +
+	"\n" +
+	"key_counts\x18\x06 \x03(\rR\tkeyCounts\x12$\n" +
+	"\x0ekey_name_index\x18\a \x03(\rR\fkeyNameIndex\x12\x1d\n" +
+	"\n" +
+	"key_values\x18\b \x01(\fR\tkeyValues\x12$\n" +
+	"\x0ekey_value_ends\x18\t \x03(\rR\fkeyValueEnds\x12\x1f\n" +
+	"\vevent_times\x18\n" +
+	" \x03(\x03R\n" +
+	"eventTimes\x12\x1b\n" +
+	"\ttrace_ids\x18\v \x03(\tR\btraceIds\x12\x1e\n" +
+	"\n" +
+	"priorities\x18\f \x03(\rR\n" +
+	"priorities\"\x0e\n" +
 	"\fCloseRequest\"%\n" +
 	"\rCloseResponse\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\"\x82\x01\n" +
@@ -1780,7 +2176,7 @@ func file_flowlet_proto_rawDescGZIP() []byte {
 }
 
 var file_flowlet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_flowlet_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_flowlet_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_flowlet_proto_goTypes = []any{
 	(StateOp_Kind)(0),          // 0: flowrun.flowlet.v1.StateOp.Kind
 	(Error_Kind)(0),            // 1: flowrun.flowlet.v1.Error.Kind
@@ -1792,65 +2188,72 @@ var file_flowlet_proto_goTypes = []any{
 	(*Event)(nil),              // 7: flowrun.flowlet.v1.Event
 	(*StepRequest)(nil),        // 8: flowrun.flowlet.v1.StepRequest
 	(*BatchRequest)(nil),       // 9: flowrun.flowlet.v1.BatchRequest
-	(*Emit)(nil),               // 10: flowrun.flowlet.v1.Emit
-	(*StateOp)(nil),            // 11: flowrun.flowlet.v1.StateOp
-	(*DeadLetter)(nil),         // 12: flowrun.flowlet.v1.DeadLetter
-	(*Error)(nil),              // 13: flowrun.flowlet.v1.Error
-	(*StepResponse)(nil),       // 14: flowrun.flowlet.v1.StepResponse
-	(*CloseRequest)(nil),       // 15: flowrun.flowlet.v1.CloseRequest
-	(*CloseResponse)(nil),      // 16: flowrun.flowlet.v1.CloseResponse
-	(*GetRequest)(nil),         // 17: flowrun.flowlet.v1.GetRequest
-	(*GetResponse)(nil),        // 18: flowrun.flowlet.v1.GetResponse
-	(*CounterGetRequest)(nil),  // 19: flowrun.flowlet.v1.CounterGetRequest
-	(*CounterGetResponse)(nil), // 20: flowrun.flowlet.v1.CounterGetResponse
-	(*ScanRequest)(nil),        // 21: flowrun.flowlet.v1.ScanRequest
-	(*ScanEntry)(nil),          // 22: flowrun.flowlet.v1.ScanEntry
-	(*ScanResponse)(nil),       // 23: flowrun.flowlet.v1.ScanResponse
-	(*ApplyRequest)(nil),       // 24: flowrun.flowlet.v1.ApplyRequest
-	(*ApplyResponse)(nil),      // 25: flowrun.flowlet.v1.ApplyResponse
+	(*PackedEvents)(nil),       // 10: flowrun.flowlet.v1.PackedEvents
+	(*EventKeys)(nil),          // 11: flowrun.flowlet.v1.EventKeys
+	(*Emit)(nil),               // 12: flowrun.flowlet.v1.Emit
+	(*StateOp)(nil),            // 13: flowrun.flowlet.v1.StateOp
+	(*DeadLetter)(nil),         // 14: flowrun.flowlet.v1.DeadLetter
+	(*Error)(nil),              // 15: flowrun.flowlet.v1.Error
+	(*StepResponse)(nil),       // 16: flowrun.flowlet.v1.StepResponse
+	(*PackedEmits)(nil),        // 17: flowrun.flowlet.v1.PackedEmits
+	(*CloseRequest)(nil),       // 18: flowrun.flowlet.v1.CloseRequest
+	(*CloseResponse)(nil),      // 19: flowrun.flowlet.v1.CloseResponse
+	(*GetRequest)(nil),         // 20: flowrun.flowlet.v1.GetRequest
+	(*GetResponse)(nil),        // 21: flowrun.flowlet.v1.GetResponse
+	(*CounterGetRequest)(nil),  // 22: flowrun.flowlet.v1.CounterGetRequest
+	(*CounterGetResponse)(nil), // 23: flowrun.flowlet.v1.CounterGetResponse
+	(*ScanRequest)(nil),        // 24: flowrun.flowlet.v1.ScanRequest
+	(*ScanEntry)(nil),          // 25: flowrun.flowlet.v1.ScanEntry
+	(*ScanResponse)(nil),       // 26: flowrun.flowlet.v1.ScanResponse
+	(*ApplyRequest)(nil),       // 27: flowrun.flowlet.v1.ApplyRequest
+	(*ApplyResponse)(nil),      // 28: flowrun.flowlet.v1.ApplyResponse
 }
 var file_flowlet_proto_depIdxs = []int32{
 	3,  // 0: flowrun.flowlet.v1.InitResponse.info:type_name -> flowrun.flowlet.v1.TypeInfo
 	6,  // 1: flowrun.flowlet.v1.Event.keys:type_name -> flowrun.flowlet.v1.KeyValue
 	8,  // 2: flowrun.flowlet.v1.BatchRequest.step:type_name -> flowrun.flowlet.v1.StepRequest
 	7,  // 3: flowrun.flowlet.v1.BatchRequest.events:type_name -> flowrun.flowlet.v1.Event
-	6,  // 4: flowrun.flowlet.v1.Emit.keys:type_name -> flowrun.flowlet.v1.KeyValue
-	0,  // 5: flowrun.flowlet.v1.StateOp.kind:type_name -> flowrun.flowlet.v1.StateOp.Kind
-	1,  // 6: flowrun.flowlet.v1.Error.kind:type_name -> flowrun.flowlet.v1.Error.Kind
-	10, // 7: flowrun.flowlet.v1.StepResponse.emits:type_name -> flowrun.flowlet.v1.Emit
-	11, // 8: flowrun.flowlet.v1.StepResponse.writes:type_name -> flowrun.flowlet.v1.StateOp
-	12, // 9: flowrun.flowlet.v1.StepResponse.dead_letters:type_name -> flowrun.flowlet.v1.DeadLetter
-	13, // 10: flowrun.flowlet.v1.StepResponse.error:type_name -> flowrun.flowlet.v1.Error
-	11, // 11: flowrun.flowlet.v1.GetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
-	11, // 12: flowrun.flowlet.v1.CounterGetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
-	11, // 13: flowrun.flowlet.v1.ScanRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
-	22, // 14: flowrun.flowlet.v1.ScanResponse.entries:type_name -> flowrun.flowlet.v1.ScanEntry
-	11, // 15: flowrun.flowlet.v1.ApplyRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
-	2,  // 16: flowrun.flowlet.v1.Flowlet.Describe:input_type -> flowrun.flowlet.v1.DescribeRequest
-	4,  // 17: flowrun.flowlet.v1.Flowlet.Init:input_type -> flowrun.flowlet.v1.InitRequest
-	9,  // 18: flowrun.flowlet.v1.Flowlet.ProcessBatch:input_type -> flowrun.flowlet.v1.BatchRequest
-	8,  // 19: flowrun.flowlet.v1.Flowlet.Generate:input_type -> flowrun.flowlet.v1.StepRequest
-	8,  // 20: flowrun.flowlet.v1.Flowlet.Tick:input_type -> flowrun.flowlet.v1.StepRequest
-	15, // 21: flowrun.flowlet.v1.Flowlet.Close:input_type -> flowrun.flowlet.v1.CloseRequest
-	17, // 22: flowrun.flowlet.v1.Host.Get:input_type -> flowrun.flowlet.v1.GetRequest
-	19, // 23: flowrun.flowlet.v1.Host.CounterGet:input_type -> flowrun.flowlet.v1.CounterGetRequest
-	21, // 24: flowrun.flowlet.v1.Host.Scan:input_type -> flowrun.flowlet.v1.ScanRequest
-	24, // 25: flowrun.flowlet.v1.Host.Apply:input_type -> flowrun.flowlet.v1.ApplyRequest
-	3,  // 26: flowrun.flowlet.v1.Flowlet.Describe:output_type -> flowrun.flowlet.v1.TypeInfo
-	5,  // 27: flowrun.flowlet.v1.Flowlet.Init:output_type -> flowrun.flowlet.v1.InitResponse
-	14, // 28: flowrun.flowlet.v1.Flowlet.ProcessBatch:output_type -> flowrun.flowlet.v1.StepResponse
-	14, // 29: flowrun.flowlet.v1.Flowlet.Generate:output_type -> flowrun.flowlet.v1.StepResponse
-	14, // 30: flowrun.flowlet.v1.Flowlet.Tick:output_type -> flowrun.flowlet.v1.StepResponse
-	16, // 31: flowrun.flowlet.v1.Flowlet.Close:output_type -> flowrun.flowlet.v1.CloseResponse
-	18, // 32: flowrun.flowlet.v1.Host.Get:output_type -> flowrun.flowlet.v1.GetResponse
-	20, // 33: flowrun.flowlet.v1.Host.CounterGet:output_type -> flowrun.flowlet.v1.CounterGetResponse
-	23, // 34: flowrun.flowlet.v1.Host.Scan:output_type -> flowrun.flowlet.v1.ScanResponse
-	25, // 35: flowrun.flowlet.v1.Host.Apply:output_type -> flowrun.flowlet.v1.ApplyResponse
-	26, // [26:36] is the sub-list for method output_type
-	16, // [16:26] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	10, // 4: flowrun.flowlet.v1.BatchRequest.packed:type_name -> flowrun.flowlet.v1.PackedEvents
+	11, // 5: flowrun.flowlet.v1.PackedEvents.keys:type_name -> flowrun.flowlet.v1.EventKeys
+	6,  // 6: flowrun.flowlet.v1.EventKeys.keys:type_name -> flowrun.flowlet.v1.KeyValue
+	6,  // 7: flowrun.flowlet.v1.Emit.keys:type_name -> flowrun.flowlet.v1.KeyValue
+	0,  // 8: flowrun.flowlet.v1.StateOp.kind:type_name -> flowrun.flowlet.v1.StateOp.Kind
+	1,  // 9: flowrun.flowlet.v1.Error.kind:type_name -> flowrun.flowlet.v1.Error.Kind
+	12, // 10: flowrun.flowlet.v1.StepResponse.emits:type_name -> flowrun.flowlet.v1.Emit
+	13, // 11: flowrun.flowlet.v1.StepResponse.writes:type_name -> flowrun.flowlet.v1.StateOp
+	14, // 12: flowrun.flowlet.v1.StepResponse.dead_letters:type_name -> flowrun.flowlet.v1.DeadLetter
+	15, // 13: flowrun.flowlet.v1.StepResponse.error:type_name -> flowrun.flowlet.v1.Error
+	17, // 14: flowrun.flowlet.v1.StepResponse.packed_emits:type_name -> flowrun.flowlet.v1.PackedEmits
+	13, // 15: flowrun.flowlet.v1.GetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	13, // 16: flowrun.flowlet.v1.CounterGetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	13, // 17: flowrun.flowlet.v1.ScanRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	25, // 18: flowrun.flowlet.v1.ScanResponse.entries:type_name -> flowrun.flowlet.v1.ScanEntry
+	13, // 19: flowrun.flowlet.v1.ApplyRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	2,  // 20: flowrun.flowlet.v1.Flowlet.Describe:input_type -> flowrun.flowlet.v1.DescribeRequest
+	4,  // 21: flowrun.flowlet.v1.Flowlet.Init:input_type -> flowrun.flowlet.v1.InitRequest
+	9,  // 22: flowrun.flowlet.v1.Flowlet.ProcessBatch:input_type -> flowrun.flowlet.v1.BatchRequest
+	8,  // 23: flowrun.flowlet.v1.Flowlet.Generate:input_type -> flowrun.flowlet.v1.StepRequest
+	8,  // 24: flowrun.flowlet.v1.Flowlet.Tick:input_type -> flowrun.flowlet.v1.StepRequest
+	18, // 25: flowrun.flowlet.v1.Flowlet.Close:input_type -> flowrun.flowlet.v1.CloseRequest
+	20, // 26: flowrun.flowlet.v1.Host.Get:input_type -> flowrun.flowlet.v1.GetRequest
+	22, // 27: flowrun.flowlet.v1.Host.CounterGet:input_type -> flowrun.flowlet.v1.CounterGetRequest
+	24, // 28: flowrun.flowlet.v1.Host.Scan:input_type -> flowrun.flowlet.v1.ScanRequest
+	27, // 29: flowrun.flowlet.v1.Host.Apply:input_type -> flowrun.flowlet.v1.ApplyRequest
+	3,  // 30: flowrun.flowlet.v1.Flowlet.Describe:output_type -> flowrun.flowlet.v1.TypeInfo
+	5,  // 31: flowrun.flowlet.v1.Flowlet.Init:output_type -> flowrun.flowlet.v1.InitResponse
+	16, // 32: flowrun.flowlet.v1.Flowlet.ProcessBatch:output_type -> flowrun.flowlet.v1.StepResponse
+	16, // 33: flowrun.flowlet.v1.Flowlet.Generate:output_type -> flowrun.flowlet.v1.StepResponse
+	16, // 34: flowrun.flowlet.v1.Flowlet.Tick:output_type -> flowrun.flowlet.v1.StepResponse
+	19, // 35: flowrun.flowlet.v1.Flowlet.Close:output_type -> flowrun.flowlet.v1.CloseResponse
+	21, // 36: flowrun.flowlet.v1.Host.Get:output_type -> flowrun.flowlet.v1.GetResponse
+	23, // 37: flowrun.flowlet.v1.Host.CounterGet:output_type -> flowrun.flowlet.v1.CounterGetResponse
+	26, // 38: flowrun.flowlet.v1.Host.Scan:output_type -> flowrun.flowlet.v1.ScanResponse
+	28, // 39: flowrun.flowlet.v1.Host.Apply:output_type -> flowrun.flowlet.v1.ApplyResponse
+	30, // [30:40] is the sub-list for method output_type
+	20, // [20:30] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_flowlet_proto_init() }
@@ -1864,7 +2267,7 @@ func file_flowlet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flowlet_proto_rawDesc), len(file_flowlet_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
