@@ -2,6 +2,8 @@ package weblog_test
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -23,8 +25,14 @@ func plannerTypes() map[string]planner.TypeInfo {
 }
 
 func TestAppYAMLPlans(t *testing.T) {
+	for _, file := range []string{"app.yaml", "app-builtin.yaml"} {
+		t.Run(file, func(t *testing.T) { testAppYAMLPlans(t, file) })
+	}
+}
+
+func testAppYAMLPlans(t *testing.T, file string) {
 	env := map[string]string{}
-	plan, err := planner.ParseFile("app.yaml", planner.Options{
+	plan, err := planner.ParseFile(file, planner.Options{
 		Types:     plannerTypes(),
 		LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
 	})
@@ -35,8 +43,14 @@ func TestAppYAMLPlans(t *testing.T) {
 	if reader == nil || reader.Config["path"] != "./access.log" {
 		t.Fatalf("reader %+v", reader)
 	}
-	if p := plan.Flowlet("parser"); p == nil || p.Type != flowlets.TypeParser || p.Instances != 2 {
+	p := plan.Flowlet("parser")
+	switch {
+	case p == nil || p.Instances != 2:
 		t.Fatalf("parser %+v", p)
+	case file == "app.yaml" && p.Plugin != "../plugins/weblogparser":
+		t.Fatalf("parser of app.yaml is not the plugin: %+v", p)
+	case file != "app.yaml" && p.Type != flowlets.TypeParser:
+		t.Fatalf("parser of %s is not the built-in type: %+v", file, p)
 	}
 	want := map[string]string{
 		"reader.out":           "parser:round_robin",
@@ -88,7 +102,7 @@ func TestAppYAMLPlans(t *testing.T) {
 	}
 
 	env["WEBLOG_INPUT"] = "/data/x.log"
-	plan, err = planner.ParseFile("app.yaml", planner.Options{
+	plan, err = planner.ParseFile(file, planner.Options{
 		Types:     plannerTypes(),
 		LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
 	})
@@ -100,10 +114,14 @@ func TestAppYAMLPlans(t *testing.T) {
 	}
 }
 
-// TestAppYAMLValidates runs `flowrun validate` (the weblog CLI's) on the app.
+// TestAppYAMLValidates runs `flowrun validate` (the weblog CLI's) on the
+// apps; for app.yaml that builds and describes the parser plugin.
 func TestAppYAMLValidates(t *testing.T) {
-	var out, errb bytes.Buffer
-	if code := cli.Run([]string{"validate", "app.yaml"}, nil, &out, &errb); code != 0 {
-		t.Fatalf("validate: exit %d\n%s%s", code, out.String(), errb.String())
+	cache := "--plugin-cache=" + filepath.Join(os.TempDir(), "flowrun-plugin-test-cache")
+	for _, file := range []string{"app.yaml", "app-builtin.yaml"} {
+		var out, errb bytes.Buffer
+		if code := cli.Run([]string{cache, "validate", file}, nil, &out, &errb); code != 0 {
+			t.Fatalf("validate %s: exit %d\n%s%s", file, code, out.String(), errb.String())
+		}
 	}
 }

@@ -31,12 +31,14 @@ const (
 //
 // A malformed line goes to the flowlet's dead-letter queue. When the step's
 // Context can dead-letter an input itself (the runtime's, through the method
+// DeadLetterEvent(ev flowlet.Event, reason string) error, or else
 // DeadLetter(payload []byte, reason string) error), the parser does so in the
 // step's transaction and the rest of the batch is processed as usual: a parse
 // error is permanent, so retrying it would only cost time. Otherwise the step
 // fails with a *MalformedError (several: a *MalformedLinesError, naming every
-// bad event), nothing of the batch is emitted, and the runtime retries and
-// then dead-letters the line.
+// bad event), nothing of the batch is emitted, and the runtime (the error
+// is permanent) processes the batch event by event and dead-letters each
+// malformed line at once, without retries.
 type Parser struct {
 	lp       LineParser
 	pages    tally
@@ -127,9 +129,15 @@ func (e *MalformedLinesError) Unwrap() []error {
 // Permanent reports that retrying cannot help.
 func (e *MalformedLinesError) Permanent() bool { return true }
 
-// deadLetterer is the runtime's optional Context method that moves an input
-// to the flowlet's dead-letter queue in the step's transaction (matched
-// structurally, as the runtime documents).
+// eventDeadLetterer and deadLetterer are the runtime's optional Context
+// methods that move an input to the flowlet's dead-letter queue in the
+// step's transaction (matched structurally, as the runtime documents):
+// DeadLetterEvent keeps the event's input queue and id, so `flowrun dlq
+// replay` can replay it; DeadLetter keeps only the payload.
+type eventDeadLetterer interface {
+	DeadLetterEvent(ev flowlet.Event, reason string) error
+}
+
 type deadLetterer interface {
 	DeadLetter(payload []byte, reason string) error
 }
@@ -149,17 +157,24 @@ func (p *Parser) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) error {
 	p.status.reset()
 	p.hours = p.hours[:0]
 	var bad []*MalformedError
+	dle, canDLE := ctx.(eventDeadLetterer)
 	dl, canDL := ctx.(deadLetterer)
 	for i := range evs {
 		l, reason, ok := p.lp.Parse(evs[i].Payload)
 		if !ok {
-			if canDL {
-				if err := dl.DeadLetter(evs[i].Payload, "weblog: malformed line ("+reason.String()+")"); err != nil {
-					return err
-				}
+			var err error
+			switch {
+			case canDLE:
+				err = dle.DeadLetterEvent(evs[i], "weblog: malformed line ("+reason.String()+")")
+			case canDL:
+				err = dl.DeadLetter(evs[i].Payload, "weblog: malformed line ("+reason.String()+")")
+			default:
+				bad = append(bad, malformed(i, &evs[i], reason))
 				continue
 			}
-			bad = append(bad, malformed(i, &evs[i], reason))
+			if err != nil {
+				return err
+			}
 			continue
 		}
 		if bad != nil {
