@@ -16,10 +16,12 @@ import (
 	"time"
 )
 
-// The end-to-end test: the weblog app as a child process, killed with
-// SIGKILL at random moments and restarted each time, then drained; its
-// exported results must equal the independent verifier's exactly, and its
-// dead-letter queue must hold exactly the malformed lines.
+// The end-to-end test: the weblog app (app.yaml: its parser is a plugin, in
+// processes of its own) as a child process, killed with SIGKILL at random
+// moments and restarted each time, its parser plugin processes killed with
+// SIGKILL at random moments too, then drained; its exported results must
+// equal the independent verifier's exactly, and its dead-letter queue must
+// hold exactly the malformed lines.
 //
 //	go test ./examples/weblog -run E2E -v
 //
@@ -27,6 +29,7 @@ import (
 //
 //	WEBLOG_E2E_LINES   lines of the generated log (default 200000)
 //	WEBLOG_E2E_KILLS   kills while the app runs (default 20)
+//	WEBLOG_E2E_PLUGIN_KILLS kills of parser plugin processes, at least (default 20)
 //	WEBLOG_E2E_SEED    seed of the log and of the kill times (default: random, logged)
 //	WEBLOG_E2E_KILL_MS most milliseconds a run processes before its kill (default: adapts)
 //	WEBLOG_E2E_KEEP    keep the work directory (logged) instead of removing it
@@ -79,6 +82,7 @@ func TestE2EKillRestart(t *testing.T) {
 	}
 	lines := envInt(t, "WEBLOG_E2E_LINES", 200000)
 	kills := envInt(t, "WEBLOG_E2E_KILLS", 20)
+	pluginKills := envInt(t, "WEBLOG_E2E_PLUGIN_KILLS", 20)
 	seed := uint64(envInt(t, "WEBLOG_E2E_SEED", int(time.Now().UnixNano()%1e9)))
 	t.Logf("lines=%d kills=%d seed=%d (WEBLOG_E2E_LINES, WEBLOG_E2E_KILLS, WEBLOG_E2E_SEED)", lines, kills, seed)
 	rng := rand.New(rand.NewPCG(seed, 0xe2e))
@@ -102,6 +106,7 @@ func TestE2EKillRestart(t *testing.T) {
 		"-final-newline=false", "-out", logFile)
 
 	app := filepath.Join(moduleRoot(t), "examples", "weblog", "app.yaml")
+	pluginCache := filepath.Join(os.TempDir(), "flowrun-plugin-test-cache")
 	data := filepath.Join(dir, "data")
 	hours := filepath.Join(dir, "hours.jsonl")
 	stderr := filepath.Join(dir, "flowrun.stderr")
@@ -110,7 +115,7 @@ func TestE2EKillRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(flowrun, "run", "--drain", "--data", data, app)
+		cmd := exec.Command(flowrun, "run", "--drain", "--data", data, "--plugin-cache", pluginCache, app)
 		cmd.Env = append(os.Environ(), "WEBLOG_INPUT="+logFile, "WEBLOG_HOURS="+hours)
 		cmd.Stdout, cmd.Stderr = f, f
 		if err := cmd.Start(); err != nil {
@@ -140,7 +145,7 @@ func TestE2EKillRestart(t *testing.T) {
 	adapt := os.Getenv("WEBLOG_E2E_KILL_MS") == ""
 	killMax := time.Duration(envInt(t, "WEBLOG_E2E_KILL_MS", 300)) * time.Millisecond
 	began := time.Now()
-	killed, drained := 0, false
+	killed, drained, pluginKilled := 0, false, 0
 	var ran time.Duration // sum of the delays of kills after "running"
 	for i := 0; i < kills && !drained; i++ {
 		if adapt && i == kills/4 && ran > 0 {
@@ -166,8 +171,16 @@ func TestE2EKillRestart(t *testing.T) {
 		}
 		d := time.Duration(rng.Int64N(int64(killMax)) + 1)
 		timer, ranFor := killTimer(stderr, from, startup, d)
+		// Runs killed while they process also lose both parser plugin
+		// processes, each at a random moment before the app's kill.
+		var pk *pluginKiller
+		if i%4 != 0 {
+			pk = killPlugins(cmd.Process.Pid, stderr, from, []time.Duration{
+				time.Duration(rng.Int64N(int64(d)) + 1), time.Duration(rng.Int64N(int64(d)) + 1)})
+		}
 		select {
 		case err := <-done:
+			pluginKilled += pk.stop()
 			f.Close()
 			if err != nil {
 				t.Fatalf("run %d exited on its own: %v\n%s", i, err, tail())
@@ -175,6 +188,7 @@ func TestE2EKillRestart(t *testing.T) {
 			drained = true
 			t.Logf("run %d drained before its kill", i)
 		case <-timer:
+			pluginKilled += pk.stop()
 			_ = cmd.Process.Signal(syscall.SIGKILL)
 			err := <-done
 			f.Close()
@@ -191,7 +205,7 @@ func TestE2EKillRestart(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("killed %d times in %v", killed, time.Since(began).Round(time.Millisecond))
+	t.Logf("killed %d times in %v; %d plugin processes killed", killed, time.Since(began).Round(time.Millisecond), pluginKilled)
 	if killed < kills {
 		t.Errorf("killed only %d of %d times: the app drained first (raise WEBLOG_E2E_LINES or lower WEBLOG_E2E_KILL_MS)", killed, kills)
 	}
@@ -200,13 +214,21 @@ func TestE2EKillRestart(t *testing.T) {
 	// other): evidence that the kills interrupted real work.
 	t.Logf("after the kills: %d of %d lines done", progress(t, export, app, data), lines)
 
-	// Let it drain.
+	// Let it drain; parser plugin processes are killed at random moments
+	// until there were pluginKills in all.
 	drainStart := time.Now()
+	from, _ := os.Stat(stderr)
 	cmd, f := start()
+	var delays []time.Duration
+	for range max(pluginKills-pluginKilled, 0) {
+		delays = append(delays, time.Duration(20+rng.Int64N(60))*time.Millisecond)
+	}
+	pk := killPlugins(cmd.Process.Pid, stderr, from, delays)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
+		pluginKilled += pk.stop()
 		f.Close()
 		if err != nil {
 			t.Fatalf("final run: %v\n%s", err, tail())
@@ -217,6 +239,12 @@ func TestE2EKillRestart(t *testing.T) {
 		t.Fatalf("final run did not drain in 5 minutes\n%s", tail())
 	}
 	t.Logf("final run drained in %v; total %v", time.Since(drainStart).Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+	if b, err := os.ReadFile(stderr); err == nil {
+		t.Logf("%d plugin processes killed; the app logged %d plugin restarts", pluginKilled, bytes.Count(b, []byte(`msg="restarting plugin"`)))
+	}
+	if pluginKilled < pluginKills {
+		t.Errorf("killed only %d of %d plugin processes: the app drained first (raise WEBLOG_E2E_LINES)", pluginKilled, pluginKills)
+	}
 
 	resFile, dlqFile := filepath.Join(dir, "results.json"), filepath.Join(dir, "dlq.log")
 	run(t, export, "-app", app, "-data", data, "-out", resFile, "-dlq", dlqFile)
@@ -259,6 +287,96 @@ func TestE2EKillRestart(t *testing.T) {
 	}
 	f.Close()
 	checkHours(t, hours, res.BytesPerHour, true)
+}
+
+// pluginKiller kills the parser plugin processes of one run of the app.
+type pluginKiller struct {
+	quit   chan struct{}
+	done   chan struct{}
+	killed int
+}
+
+// killPlugins kills, for each of delays in turn, a random parser plugin
+// process (a child of the app named weblogparser) that long after the
+// previous kill, the first delay counted from when the app logs that it
+// runs (in file after from). A nil *pluginKiller is a no-op.
+func killPlugins(app int, file string, from os.FileInfo, delays []time.Duration) *pluginKiller {
+	pk := &pluginKiller{quit: make(chan struct{}), done: make(chan struct{})}
+	var off int64
+	if from != nil {
+		off = from.Size()
+	}
+	go func() {
+		defer close(pk.done)
+		buf := make([]byte, 64<<10)
+		for running := false; !running; {
+			if f, err := os.Open(file); err == nil {
+				n, _ := f.ReadAt(buf, off)
+				f.Close()
+				running = bytes.Contains(buf[:n], []byte("msg=running"))
+			}
+			select {
+			case <-pk.quit:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		for k, d := range delays {
+			select {
+			case <-pk.quit:
+				return
+			case <-time.After(d):
+			}
+			pids := pluginPIDs(app)
+			if len(pids) == 0 {
+				continue
+			}
+			if syscall.Kill(pids[k%len(pids)], syscall.SIGKILL) == nil {
+				pk.killed++
+			}
+		}
+	}()
+	return pk
+}
+
+// stop ends the killing and returns how many processes were killed.
+func (pk *pluginKiller) stop() int {
+	if pk == nil {
+		return 0
+	}
+	close(pk.quit)
+	<-pk.done
+	return pk.killed
+}
+
+// pluginPIDs returns the live parser plugin processes of the app: its
+// children named weblogparser (from /proc).
+func pluginPIDs(app int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		i, j := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if i < 0 || j < i {
+			continue
+		}
+		f := strings.Fields(string(b[j+1:]))
+		if len(f) < 2 || string(b[i+1:j]) != "weblogparser" || f[0] == "Z" {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid == app {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // progress returns the lines an app's store has accounted for so far:

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -37,6 +39,9 @@ type Store interface {
 
 // Roles are the app's flowlets by what they compute, found by type so
 // that an app may name them as it likes.
+// ParserPlugin is the last element of the parser plugin's path.
+const ParserPlugin = "weblogparser"
+
 type Roles struct {
 	Parsers                                         []string
 	PageViews, Visitors, StatusCounts, BytesPerHour string
@@ -44,12 +49,18 @@ type Roles struct {
 
 // FindRoles finds the weblog flowlets of plan. Each counting type must
 // appear exactly once (two would count every event twice); every parser's
-// dead-letter queue is counted.
+// dead-letter queue is counted. A plugin flowlet whose plugin is the
+// parser plugin (a path ending in weblogparser: examples/plugins/
+// weblogparser or its binary) is a parser.
 func FindRoles(plan *planner.Plan) (Roles, error) {
 	var r Roles
 	byType := map[string][]string{}
 	for _, f := range plan.Flowlets {
-		byType[f.Type] = append(byType[f.Type], f.Name)
+		typ := f.Type
+		if f.Plugin != "" && path.Base(filepath.ToSlash(f.Plugin)) == ParserPlugin {
+			typ = flowlets.TypeParser
+		}
+		byType[typ] = append(byType[typ], f.Name)
 	}
 	r.Parsers = byType[flowlets.TypeParser]
 	if len(r.Parsers) == 0 {

@@ -149,6 +149,11 @@ func TestFindRoles(t *testing.T) {
 	if strings.Join(r.Parsers, ",") != "p1,p2" || r.PageViews != "pv" || r.Visitors != "uv" || r.StatusCounts != "sc" || r.BytesPerHour != "bh" {
 		t.Errorf("%+v", r)
 	}
+	// The parser plugin is a parser.
+	r, err = FindRoles(testPlan(t, "  p3: {plugin: ../plugins/weblogparser}\n  other: {plugin: ./elsewhere}\n"))
+	if err != nil || strings.Join(r.Parsers, ",") != "p1,p2,p3" {
+		t.Errorf("with the parser plugin: %+v, %v", r, err)
+	}
 	_, err = FindRoles(testPlan(t, "  pv2: {type: weblog_page_views}\n"))
 	if err == nil || !strings.Contains(err.Error(), "2 flowlets of type weblog_page_views (pv, pv2)") {
 		t.Errorf("two page view flowlets: %v", err)
