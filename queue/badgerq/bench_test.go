@@ -38,6 +38,10 @@ import (
 // sync latency; several share each sync.
 //
 //	go test ./queue/badgerq -run '^$' -bench SingleHop -benchtime 20000x
+//
+// BADGERQ_BENCH_SYNCWRITES=1 makes durable rows use Badger's SyncWrites
+// instead of the log's group sync (the mode before tx's group sync), for
+// comparison.
 func BenchmarkSingleHop(b *testing.B) {
 	for _, durable := range []bool{false, true} {
 		producers := []int{1}
@@ -108,11 +112,17 @@ func benchHop(b *testing.B, h hop) {
 // after that long.
 func runHop(b *testing.B, h hop, total int, rate float64, window time.Duration) hopResult {
 	dir := b.TempDir()
-	db, err := OpenDB(dir, h.durable)
+	opts := TunedOptions(dir, h.durable)
+	logSync := h.durable
+	if h.durable && os.Getenv("BADGERQ_BENCH_SYNCWRITES") != "" {
+		// For comparison: Badger syncs each of its write batches itself.
+		opts, logSync = opts.WithSyncWrites(true), false
+	}
+	db, err := badger.Open(opts)
 	if err != nil {
 		b.Fatal(err)
 	}
-	bl, _ := tx.NewBadgerLog(db, tx.BadgerLogOptions{Sync: h.durable})
+	bl, _ := tx.NewBadgerLog(db, tx.BadgerLogOptions{Sync: logSync})
 	coord, err := tx.Open(tx.Options{Log: bl})
 	if err != nil {
 		b.Fatal(err)
