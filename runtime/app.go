@@ -51,6 +51,11 @@ type Options struct {
 	// PluginCallTimeout bounds every call into a plugin process; a plugin
 	// that exceeds it is killed and the step aborts (default 30s).
 	PluginCallTimeout time.Duration
+	// MaxBacklog is the back-pressure bound of sources that do not set
+	// max_backlog in their config: a source does not generate while one of
+	// its output queues has more unconsumed events than this (default
+	// DefaultMaxBacklog; negative: no bound).
+	MaxBacklog int
 }
 
 func (o *Options) withDefaults(app string) {
@@ -71,6 +76,12 @@ func (o *Options) withDefaults(app string) {
 	}
 	if o.MaintainInterval <= 0 {
 		o.MaintainInterval = time.Minute
+	}
+	switch {
+	case o.MaxBacklog == 0:
+		o.MaxBacklog = DefaultMaxBacklog
+	case o.MaxBacklog < 0:
+		o.MaxBacklog = 0
 	}
 }
 
@@ -143,6 +154,8 @@ type App struct {
 	// plugins are the opened plugins of plugin flowlets, by flowlet name;
 	// closed after the instances.
 	plugins map[string]*pluginhost.Plugin
+	// backlog: every plan queue's per-group lag, for back-pressure.
+	backlog backlogs
 }
 
 // flowletRT is what the instances of one flowlet share.
@@ -161,6 +174,11 @@ type flowletRT struct {
 	// paused: the instances start no new step until resumed.
 	paused atomic.Bool
 	resume *signal
+	// cfg is the config the instances' Init gets; maxBacklog a source's
+	// back-pressure bound (0: none), throttled how often it waited.
+	cfg        map[string]any
+	maxBacklog int64
+	throttled  atomic.Uint64
 }
 
 type flowletStats struct {
@@ -215,6 +233,11 @@ func Open(plan *planner.Plan, opts Options) (*App, error) {
 	a.st = st
 	a.wm = state.NewWatermark(st.coord)
 	if err := a.reconcile(); err != nil {
+		a.st.close()
+		a.closePlugins()
+		return nil, err
+	}
+	if err := a.initBacklogs(); err != nil {
 		a.st.close()
 		a.closePlugins()
 		return nil, err
@@ -330,6 +353,13 @@ func (a *App) build() error {
 		}
 		frt := &flowletRT{fl: f, typ: typ, st: &flowletStats{}, source: len(f.Inputs) == 0 && typ.Info.Source, resume: newSignal()}
 		frt.n.Store(int32(f.Instances))
+		frt.cfg = f.Config
+		if frt.source {
+			var err error
+			if frt.maxBacklog, frt.cfg, err = a.opts.maxBacklog(f); err != nil {
+				return err
+			}
+		}
 		a.flowlets = append(a.flowlets, frt)
 		a.byName[f.Name] = frt
 		gcs, err := state.Open(a.st.db, a.plan.App, f.Name)

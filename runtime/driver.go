@@ -58,6 +58,7 @@ type input struct {
 	key    string // the queue's partition key name
 	c      queue.Consumer
 	replay bool // entries are dead-letter records
+	taken  int  // entries dequeued in the current step
 }
 
 // instance is one running copy of a flowlet: its own store, consumers,
@@ -137,7 +138,7 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 	}
 	if init, ok := in.f.(flowlet.Initializer); ok {
 		ic := flowlet.InitContext{Name: f.Name, Instance: idx, Instances: int(frt.n.Load()),
-			Config: flowlet.NewConfig(f.Name, f.Config), Logger: in.logger}
+			Config: flowlet.NewConfig(f.Name, frt.cfg), Logger: in.logger}
 		if err := safeCall(func() error { return init.Init(ic) }); err != nil {
 			return nil, fmt.Errorf("flowlet %q instance %d: init: %w", f.Name, idx, err)
 		}
@@ -313,7 +314,7 @@ func (in *instance) runSource(ctx context.Context) error {
 	idle.Stop()
 	defer idle.Stop()
 	for ctx.Err() == nil && !in.stopping() {
-		if !in.waitUnpaused(ctx) {
+		if !in.waitUnpaused(ctx) || !in.waitBacklog(ctx) {
 			return nil
 		}
 		res, err := in.sourceStep(ctx)
@@ -456,8 +457,15 @@ func (in *instance) finish(sc *stepCtx) (retry bool, err error) {
 	for _, r := range in.outs {
 		if r.n > 0 {
 			in.st.emitted.Add(uint64(r.n))
+			in.a.produced(r.queue, r.n)
 			in.a.notify(r.queue)
 			r.n = 0
+		}
+	}
+	for _, inp := range in.inputs {
+		if inp.taken > 0 {
+			in.a.consumed(inp.queue, in.fl.Name, inp.taken)
+			inp.taken = 0
 		}
 	}
 	if in.dlq.n > 0 {
@@ -474,6 +482,9 @@ func (in *instance) finish(sc *stepCtx) (retry bool, err error) {
 func (in *instance) resetRoutes() {
 	for _, r := range in.outs {
 		r.n = 0
+	}
+	for _, inp := range in.inputs {
+		inp.taken = 0
 	}
 	in.dlq.n = 0
 }
@@ -581,6 +592,9 @@ func (in *instance) dequeue() ([]inEvent, error) {
 	limit := in.fl.BatchSize
 	var out []inEvent
 	n := len(in.inputs)
+	for _, inp := range in.inputs {
+		inp.taken = 0
+	}
 	for i := 0; i < n && len(out) < limit; i++ {
 		inp := in.inputs[(in.next+i)%n]
 		if !inp.dirty.Swap(false) {
@@ -596,6 +610,7 @@ func (in *instance) dequeue() ([]inEvent, error) {
 			// More may be there; and an abort must find these again.
 			inp.dirty.Store(true)
 		}
+		inp.taken += len(entries)
 		for j := range entries {
 			e, err := inp.event(&entries[j])
 			if err != nil {

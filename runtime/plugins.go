@@ -121,8 +121,7 @@ func checkPluginInfo(f *planner.Flowlet, info flowlet.TypeInfo) error {
 	case info.Sink && len(f.Outputs) > 0:
 		msgs = append(msgs, fmt.Sprintf("flowlet %q: plugin %s is a sink and has no outputs, but the app connects %s", f.Name, f.Plugin, strings.Join(f.Outputs, ", ")))
 	case len(info.Outputs) > 0:
-		for _, q := range f.Outputs {
-			o := strings.TrimPrefix(q, f.Name+".")
+		for _, o := range f.Outputs {
 			if !slices.Contains(info.Outputs, o) {
 				msgs = append(msgs, fmt.Sprintf("flowlet %q: plugin %s has no output %q (its outputs: %s)", f.Name, f.Plugin, o, strings.Join(info.Outputs, ", ")))
 			}

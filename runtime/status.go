@@ -56,6 +56,7 @@ type Status struct {
 // FlowletStatus describes one flowlet (all its instances).
 type FlowletStatus struct {
 	Name string `json:"name"`
+	// Type is the flowlet's type, or "plugin " and the plugin's path.
 	Type string `json:"type"`
 	// Instances is the live instance count (App.Scale changes it).
 	Instances int  `json:"instances"`
@@ -85,7 +86,10 @@ type FlowletStatus struct {
 	// DLQ: entries stored in the flowlet's dead-letter queue.
 	DLQ int64 `json:"dlq"`
 	// Done: source instances that ended (end of input or gave up).
-	Done      int    `json:"done,omitempty"`
+	Done int `json:"done,omitempty"`
+	// Throttled: times a source waited for its output queues' backlog to
+	// fall under its max_backlog (back-pressure).
+	Throttled uint64 `json:"throttled,omitempty"`
 	LastError string `json:"last_error,omitempty"`
 }
 
@@ -179,7 +183,7 @@ func (a *App) Status() Status {
 			Processed: st.processed.Load(), Emitted: st.emitted.Load(), Failed: st.failed.Load(),
 			DeadLettered: st.dead.Load(), Conflicts: st.conflicts.Load(), Unrouted: st.unrouted.Load(),
 			Rate: f.rate.rate(now), Backlog: lag[f.fl.Name], DLQ: dlq[DLQName(f.fl.Name)],
-			Done: int(st.done.Load()), LastError: lastErr,
+			Done: int(st.done.Load()), Throttled: f.throttled.Load(), LastError: lastErr,
 		})
 	}
 	return s

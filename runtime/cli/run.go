@@ -26,6 +26,7 @@ func (g *globals) runCmd() *cobra.Command {
 	var cpuprofile string
 	var httpAddr, httpToken string
 	var withPprof bool
+	var maxBacklog int
 	c := &cobra.Command{
 		Use:   "run APP.yaml",
 		Short: "run an app in the foreground until SIGINT/SIGTERM (or, with --drain, until its input is exhausted)",
@@ -66,7 +67,7 @@ non-loopback address needs a bearer token (--http-token or
 				}
 			}
 			a, err := runtime.Open(plan, runtime.Options{DataDir: g.dataDir(plan.App), NoSync: noSync, Logger: log, Drain: drain,
-				AppDir: filepath.Dir(args[0]), PluginCacheDir: g.pluginCache})
+				AppDir: filepath.Dir(args[0]), PluginCacheDir: g.pluginCache, MaxBacklog: maxBacklog})
 			if err != nil {
 				return &exitError{ExitFailure, err}
 			}
@@ -144,6 +145,7 @@ non-loopback address needs a bearer token (--http-token or
 	f.StringVar(&httpAddr, "http", httpapi.DefaultAddr, `HTTP server address (API, metrics, web UI); "off" disables it`)
 	f.StringVar(&httpToken, "http-token", "", "bearer token required on every HTTP request (default $"+httpapi.TokenEnv+"); needed off loopback")
 	f.BoolVar(&withPprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP server")
+	f.IntVar(&maxBacklog, "max-backlog", runtime.DefaultMaxBacklog, "back-pressure: a source waits while an output queue has more unconsumed events than this, unless its config sets "+runtime.MaxBacklogKey+" (negative: no bound)")
 	g.addJSON(c)
 	c.Flags().Lookup("json").Usage = "at exit, write the final status as JSON to stdout"
 	return c

@@ -3,7 +3,7 @@
 // process's maximum resident set size and CPU time (getrusage of the child,
 // no /usr/bin/time needed), and checks the results with the verifier.
 //
-//	go run ./examples/weblog/bench [-lines 1000000] [-runs 3] [-no-sync] [-verify=true]
+//	go run ./examples/weblog/bench [-lines 1000000] [-runs 3] [-no-sync] [-verify=true] [-app FILE] [-run-flags FLAGS]
 //
 // It builds the weblog CLI (examples/weblog/cmd/weblog), the generator, the
 // exporter and the verifier into a temporary directory, generates the log
@@ -42,6 +42,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	verify := fs.Bool("verify", true, "check every run's results with the verifier")
 	app := fs.String("app", "examples/weblog/app.yaml", "the app file")
 	keep := fs.Bool("keep", false, "keep the work directory")
+	runFlags := fs.String("run-flags", "", "more flags for weblog run, space-separated (e.g. \"--max-backlog -1\")")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -92,6 +93,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		args := []string{"run", "--drain", "--progress", "never", "--data", data}
 		if *noSync {
 			args = append(args, "--no-sync")
+		}
+		if *runFlags != "" {
+			args = append(args, strings.Fields(*runFlags)...)
 		}
 		cmd := exec.Command(bins["weblog"], append(args, appPath)...)
 		cmd.Env = append(os.Environ(), "WEBLOG_INPUT="+logFile, "WEBLOG_HOURS="+filepath.Join(dir, "hours"+strconv.Itoa(i)+".jsonl"))

@@ -1,0 +1,139 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/flowrun/flowrun/planner"
+)
+
+// Back-pressure: a source (a flowlet without inputs) does not run Generate
+// while one of its output queues holds more than its max_backlog events
+// that a consumer group has not consumed, so a fast reader cannot read a
+// whole file into the queues ahead of slow consumers (memory and disk stay
+// bounded by the bound, not by the input's size).
+//
+// The backlog is counted in memory: each queue's per-group lag is read from
+// the store when the app opens, committed enqueues add to every group of
+// the queue, committed dequeues subtract from the consuming group. While a
+// source waits, the counts are re-read from the store every second, so
+// anything the counts miss (TTL expiry, a replay) cannot stall it for good.
+
+// MaxBacklogKey is the config key of a source flowlet that sets its bound
+// (an int; 0 = no bound). The runtime takes it out of the config the flowlet
+// sees.
+const MaxBacklogKey = "max_backlog"
+
+// DefaultMaxBacklog is the bound of sources that do not set one (see
+// Options.MaxBacklog).
+const DefaultMaxBacklog = 50000
+
+// backlogs are the consumer groups' lags of every queue of the plan.
+type backlogs map[string]map[string]*atomic.Int64 // queue → group → lag
+
+func (a *App) initBacklogs() error {
+	b := backlogs{}
+	for _, q := range a.plan.Queues {
+		m := map[string]*atomic.Int64{}
+		for _, g := range q.Groups {
+			m[g.Name] = new(atomic.Int64)
+		}
+		b[q.Name] = m
+	}
+	a.backlog = b
+	return a.syncBacklogs()
+}
+
+// syncBacklogs reads every group's lag from the store.
+func (a *App) syncBacklogs() error {
+	infos, err := a.st.queues.List()
+	if err != nil {
+		return err
+	}
+	for _, q := range infos {
+		m := a.backlog[q.Name]
+		for _, g := range q.Groups {
+			if c := m[g.Name]; c != nil {
+				c.Store(g.Lag)
+			}
+		}
+	}
+	return nil
+}
+
+// produced counts n events committed to queue.
+func (a *App) produced(queue string, n int) {
+	for _, c := range a.backlog[queue] {
+		c.Add(int64(n))
+	}
+}
+
+// consumed counts n events of queue that group's committed step consumed.
+func (a *App) consumed(queue, group string, n int) {
+	if c := a.backlog[queue][group]; c != nil {
+		c.Add(-int64(n))
+	}
+}
+
+// outBacklog is the largest backlog of a flowlet's output queues.
+func (a *App) outBacklog(f *planner.Flowlet) int64 {
+	var worst int64
+	for _, o := range f.Outputs {
+		for _, c := range a.backlog[planner.QueueName(f.Name, o)] {
+			worst = max(worst, c.Load())
+		}
+	}
+	return worst
+}
+
+// maxBacklog takes a source's bound out of its config.
+func (o *Options) maxBacklog(f *planner.Flowlet) (int64, map[string]any, error) {
+	bound := int64(o.MaxBacklog)
+	v, ok := f.Config[MaxBacklogKey]
+	if !ok {
+		return bound, f.Config, nil
+	}
+	cfg := make(map[string]any, len(f.Config))
+	for k, x := range f.Config {
+		if k != MaxBacklogKey {
+			cfg[k] = x
+		}
+	}
+	n, isInt := v.(int)
+	if !isInt || n < 0 {
+		return 0, nil, fmt.Errorf("flowlet %q: config %s: want a whole number >= 0 (0: no bound), not %v", f.Name, MaxBacklogKey, v)
+	}
+	return int64(n), cfg, nil
+}
+
+// waitBacklog returns once the source's output queues are under its bound
+// (at once when they are), or false when the app stops or Scale removed
+// the instance meanwhile.
+func (in *instance) waitBacklog(ctx context.Context) bool {
+	bound := in.frt.maxBacklog
+	if bound <= 0 || in.a.outBacklog(in.fl) <= bound {
+		return true
+	}
+	in.frt.throttled.Add(1)
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	synced := time.Now()
+	for in.a.outBacklog(in.fl) > bound {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-in.stop:
+			return false
+		case <-t.C:
+		}
+		if time.Since(synced) > time.Second {
+			if err := in.a.syncBacklogs(); err != nil {
+				in.logger.Warn("reading queue backlogs", "err", err)
+			}
+			synced = time.Now()
+		}
+	}
+	return true
+}
