@@ -56,7 +56,9 @@ func openStore(dir string, o storeOptions) (*store, error) {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
 	s := &store{dir: dir, db: db}
-	log, err := tx.NewBadgerLog(db, tx.BadgerLogOptions{})
+	// Durability comes from the log's group sync (one DB.Sync shared by
+	// concurrent commits); the DB itself is opened without SyncWrites.
+	log, err := tx.NewBadgerLog(db, tx.BadgerLogOptions{Sync: o.durable})
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -70,7 +72,7 @@ func openStore(dir string, o storeOptions) (*store, error) {
 	s.pruner = s.coord.RegisterPruner("state")
 	s.pruner.Report(tx.NoInvalidData)
 	s.qb, err = badgerq.Open(db, badgerq.Options{
-		Coordinator: s.coord, FastPath: true,
+		Coordinator: s.coord, FastPath: true, Sync: o.durable,
 		EvictInterval: o.evictInterval, GCInterval: o.gcInterval,
 	})
 	if err != nil {
