@@ -209,6 +209,47 @@ func (c *dlCtx) DeadLetter(p []byte, reason string) error {
 	return nil
 }
 
+// dleCtx can dead-letter input events too, as the runtime's.
+type dleCtx struct {
+	dlCtx
+	events []flowlet.Event
+}
+
+func (c *dleCtx) DeadLetterEvent(ev flowlet.Event, reason string) error {
+	c.events = append(c.events, ev)
+	c.dead = append(c.dead, ev.ID+": "+reason)
+	return nil
+}
+
+// TestDeadLetterEvent: the plugin's DeadLetterEvent reaches the host's with
+// the very event of the batch (id, input, payload, keys); offered only when
+// the host's Context has it.
+func TestDeadLetterEvent(t *testing.T) {
+	p := open(t, "dle", "testplugin", options(t, nil))
+	f := p.New().(flowlet.BatchProcessor)
+	ctx := &dleCtx{dlCtx: dlCtx{Context: flowlettest.New("dle")}}
+	evs := []flowlet.Event{ev("a"), ev("deadev:1"), ev("b"), ev("deadev:2")}
+	for i := range evs {
+		evs[i].ID, evs[i].Input = fmt.Sprintf("id-%d", i), []string{"q1", "q2"}[i%2]
+	}
+	evs[3].Keys = []flowlet.KeyValue{{Name: "k", Value: "v"}}
+	if err := f.ProcessBatch(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	ctx.Commit()
+	if len(ctx.events) != 2 || ctx.events[0].ID != "id-1" || ctx.events[1].ID != "id-3" || ctx.events[1].Input != "q2" ||
+		string(ctx.events[1].Payload) != "deadev:2" || len(ctx.events[1].Keys) != 1 || ctx.dead[0] != "id-1: dead event on request" {
+		t.Errorf("dead-lettered events %+v (%v)", ctx.events, ctx.dead)
+	}
+	if !slices.Equal(ctx.Emits("out"), []string{"A", "B"}) {
+		t.Errorf("out %v", ctx.Emits("out"))
+	}
+	only := &dlCtx{Context: flowlettest.New("dle")}
+	if err := f.ProcessBatch(only, []flowlet.Event{ev("deadev")}); err == nil || !strings.Contains(err.Error(), "no DeadLetterEvent") {
+		t.Errorf("without DeadLetterEvent on the host: %v", err)
+	}
+}
+
 func TestDeadLetterAndPanic(t *testing.T) {
 	p := open(t, "dl", "testplugin", options(t, nil))
 	f := p.New().(flowlet.BatchProcessor)

@@ -106,6 +106,14 @@ func (f *testFlowlet) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) err
 				return errors.New("no DeadLetter")
 			}
 			err = dl.DeadLetter(ev.Payload, "dead on request")
+		case "deadev":
+			dl, ok := ctx.(interface {
+				DeadLetterEvent(flowlet.Event, string) error
+			})
+			if !ok {
+				return errors.New("no DeadLetterEvent")
+			}
+			err = dl.DeadLetterEvent(ev, "dead event on request")
 		case "whoami":
 			err = ctx.Emit("whoami", []byte(fmt.Sprintf("%s/%d/%d", ctx.Name(), ctx.Instance(), ctx.Instances())))
 		default:
