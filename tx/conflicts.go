@@ -22,10 +22,13 @@ func newConflictIndex() conflictIndex {
 	return conflictIndex{keys: make(map[uint64]uint64), sweepAt: minSweep}
 }
 
-// checkAndHold reserves keys for transaction id, which started at startSeq,
+// checkAndHold reserves keys (duplicates allowed) for transaction id, which started at startSeq,
 // unless one of them committed after it started or is held by another
 // transaction (pending). It returns the replaced values, for release.
 func (ci *conflictIndex) checkAndHold(id, startSeq uint64, keys, saved []uint64) (_ []uint64, pending, ok bool) {
+	if cap(saved) < len(keys) {
+		saved = make([]uint64, 0, len(keys))
+	}
 	saved = saved[:0]
 	for _, k := range keys {
 		v := ci.keys[k]
@@ -83,6 +86,12 @@ func (ci *conflictIndex) pruneBelow(bound uint64) {
 		}
 	}
 	ci.sweepAt = max(minSweep, 2*len(ci.keys))
+}
+
+// reset forgets every key; only when no transaction is in progress.
+func (ci *conflictIndex) reset() {
+	clear(ci.keys)
+	ci.sweepAt = minSweep
 }
 
 // committedKeys calls fn for every committed (not pending) key.

@@ -44,6 +44,8 @@ type Options struct {
 	// committing one would otherwise hold its change keys until it expires.
 	// Leave it off when clients outlive the coordinator (remote participants).
 	EndRecoveredTransactions bool
+
+	realClock bool // set by withDefaults when Now is time.Now
 }
 
 func (o *Options) withDefaults() {
@@ -70,6 +72,7 @@ func (o *Options) withDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+		o.realClock = true
 	}
 }
 
@@ -86,6 +89,16 @@ type txState struct {
 	committing bool
 	// finalizing: its commit record is being written; it cannot expire now.
 	finalizing bool
+}
+
+// committedEdit is the COMMITTED edit of st. Its keys are left out when
+// CanCommit already logged them (replay takes them from the COMMITTING edit).
+func (c *Coordinator) committedEdit(st *txState) Edit {
+	e := Edit{Kind: EditCommitted, TxID: st.id, Pointers: st.loggedPointers()}
+	if !st.committing {
+		e.Keys = st.keys
+	}
+	return e
 }
 
 // loggedPointers is what an edit records of the pointers: nothing when the
@@ -138,6 +151,9 @@ type Coordinator struct {
 	// inline: the log's waited append is a memory copy (or there is no
 	// log), so commits append while holding mu instead of releasing it.
 	inline bool
+	batch  Batch // reused by appendLocked, under mu
+	// realClock: Options.Now is time.Now.
+	realClock bool
 
 	stats   counters
 	latency histogram
@@ -164,6 +180,7 @@ func Open(opts Options) (*Coordinator, error) {
 		conflicts:   newConflictIndex(),
 		stop:        make(chan struct{}),
 	}
+	c.realClock = opts.realClock
 	c.inline = c.log == nil
 	if il, ok := c.log.(interface{ inlineAppend() bool }); ok {
 		c.inline = il.inlineAppend()
@@ -232,7 +249,12 @@ func (c *Coordinator) appendLocked(e Edit, wait bool) error {
 	if c.log == nil {
 		return nil
 	}
-	if err := c.log.Append(&Batch{Edits: []Edit{e}, Wait: wait}); err != nil {
+	// One batch reused under mu: logs do not keep it past Append.
+	c.batch.Edits = append(c.batch.Edits[:0], e)
+	c.batch.Wait = wait
+	err := c.log.Append(&c.batch)
+	c.batch.Edits[0] = Edit{} // drop references to keys
+	if err != nil {
 		if errors.Is(err, ErrTooLarge) {
 			return err // refused whole: nothing was written
 		}
@@ -309,6 +331,19 @@ func (c *Coordinator) snapshotLocked() *snapshot {
 // liveLocked returns the in-progress state of tx, invalidating it first if it
 // has expired.
 func (c *Coordinator) liveLocked(tx *Tx) (*txState, error) {
+	return c.liveAtLocked(tx, c.opts.Now().UnixNano())
+}
+
+// nowNanos is the coordinator's clock, reusing t when the clock is the real
+// one (a clock read is a visible share of a commit's cost).
+func (c *Coordinator) nowNanos(t time.Time) int64 {
+	if c.realClock {
+		return t.UnixNano()
+	}
+	return c.opts.Now().UnixNano()
+}
+
+func (c *Coordinator) liveAtLocked(tx *Tx, now int64) (*txState, error) {
 	if err := c.checkOpenLocked(); err != nil {
 		return nil, err
 	}
@@ -322,7 +357,7 @@ func (c *Coordinator) liveLocked(tx *Tx) (*txState, error) {
 	if st.finalizing {
 		return nil, notInProgress(tx.ID, "is already committing")
 	}
-	if c.opts.Now().UnixNano() > st.expires {
+	if now > st.expires {
 		c.expireLocked(st)
 		return nil, notInProgress(tx.ID, "timed out")
 	}
@@ -346,12 +381,12 @@ func (c *Coordinator) hashKeys(changes [][]byte) ([]uint64, error) {
 	if len(changes) == 0 {
 		return nil, nil
 	}
+	// Duplicates need no removal: the conflict index tolerates them.
 	keys := make([]uint64, len(changes))
 	for i, k := range changes {
 		keys[i] = xxhash.Sum64(k)
 	}
-	slices.Sort(keys)
-	return slices.Compact(keys), nil
+	return keys, nil
 }
 
 // CanCommit checks tx's change keys against every transaction that committed
@@ -442,7 +477,7 @@ func (c *Coordinator) CommitWith(tx *Tx, changes [][]byte, writes []Write) error
 func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged bool) error {
 	began := time.Now()
 	c.mu.Lock()
-	st, err := c.liveLocked(tx)
+	st, err := c.liveAtLocked(tx, c.nowNanos(began))
 	if err != nil {
 		c.mu.Unlock()
 		return err
@@ -456,7 +491,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged bool)
 	if c.inline {
 		// The log append is a memory copy: one critical section for the
 		// whole commit beats three under contention.
-		err = c.appendLocked(Edit{Kind: EditCommitted, TxID: st.id, Keys: st.keys, Pointers: st.loggedPointers()}, true)
+		err = c.appendLocked(c.committedEdit(st), true)
 		if err == nil {
 			c.conflicts.commit(st.keys)
 			st.keys = nil
@@ -475,7 +510,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged bool)
 	c.gate.RLock()
 	// On error the outcome is unknown and appendDurable has stopped the
 	// coordinator rather than guess.
-	err = c.appendDurable(Edit{Kind: EditCommitted, TxID: st.id, Keys: st.keys, Pointers: st.loggedPointers()}, writes)
+	err = c.appendDurable(c.committedEdit(st), writes)
 	c.mu.Lock()
 	if err == nil {
 		c.conflicts.commit(st.keys)
@@ -504,7 +539,11 @@ func (c *Coordinator) finishLocked(st *txState) {
 	c.readPointer = max(c.readPointer, st.maxPointer())
 	c.dirty = true
 	if c.conflicts.size() >= c.conflicts.sweepAt {
-		c.conflicts.pruneBelow(c.oldestStartSeqLocked() + 1)
+		if len(c.inProgress) == 0 {
+			c.conflicts.reset() // nothing in progress: no key can conflict or be held
+		} else {
+			c.conflicts.pruneBelow(c.oldestStartSeqLocked() + 1)
+		}
 	}
 }
 

@@ -437,3 +437,32 @@ func TestCommitWithWritesNeedsAtomicLog(t *testing.T) {
 		t.Fatalf("the refused call must leave tx committable: %v", err)
 	}
 }
+
+// Duplicate change keys are harmless: held once, released and committed cleanly.
+func TestDuplicateChangeKeys(t *testing.T) {
+	c := mustOpen(t, Options{})
+	start := must[*Tx](t)
+	dup := [][]byte{[]byte("x"), []byte("y"), []byte("x")}
+	a := start(c.StartShort(time.Minute))
+	if err := c.CanCommit(a, dup); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Abort(a); err != nil {
+		t.Fatal(err)
+	}
+	b := start(c.StartShort(time.Minute))
+	if err := c.CanCommit(b, [][]byte{[]byte("x")}); err != nil {
+		t.Fatalf("an aborted holder of duplicate keys must release them all: %v", err)
+	}
+	if err := c.Commit(b); err != nil {
+		t.Fatal(err)
+	}
+	d := start(c.StartShort(time.Minute))
+	e := start(c.StartShort(time.Minute))
+	if err := c.CommitWith(d, dup, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CanCommit(e, [][]byte{[]byte("x")}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("e = %v, want ErrConflict", err)
+	}
+}

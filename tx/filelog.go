@@ -41,7 +41,6 @@ type FileLog struct {
 	seg       *segment
 	seq       uint64 // current segment
 	pending   []byte // encoded edits not yet written
-	frame     []byte // reused buffer for the frame being written
 	appended  uint64 // batches appended
 	written   uint64 // batches copied into a segment
 	synced    uint64 // batches synced (Sync mode)
@@ -257,18 +256,18 @@ func (l *FileLog) writeLocked() {
 		l.written = l.appended
 		return
 	}
-	l.frame = appendFrame(l.frame[:0], l.pending)
-	if !l.seg.fits(len(l.frame)) {
+	n := frameSize(len(l.pending))
+	if !l.seg.fits(n) {
 		if err := l.rollLocked(); err != nil {
 			l.err = fmt.Errorf("tx: file log: %w", err)
 			return
 		}
-		if !l.seg.fits(len(l.frame)) {
-			l.err = fmt.Errorf("%w: a batch of %d bytes exceeds the segment size", ErrTooLarge, len(l.frame))
+		if !l.seg.fits(n) {
+			l.err = fmt.Errorf("%w: a batch of %d bytes exceeds the segment size", ErrTooLarge, n)
 			return
 		}
 	}
-	l.seg.write(l.frame)
+	l.seg.writeFrame(l.pending)
 	l.pending = l.pending[:0]
 	l.written = l.appended
 }

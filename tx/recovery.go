@@ -122,6 +122,9 @@ func (c *Coordinator) replay(e Edit, recoveredKeys map[uint64]struct{}) {
 			st.keys = e.Keys
 		}
 	case EditCommitted:
+		if st, ok := c.inProgress[e.TxID]; ok && len(e.Keys) == 0 {
+			e.Keys = st.keys // logged by its COMMITTING edit
+		}
 		delete(c.inProgress, e.TxID)
 		for _, p := range e.Pointers {
 			bump(p)

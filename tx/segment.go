@@ -1,6 +1,8 @@
 package tx
 
 import (
+	"encoding/binary"
+	"hash/crc32"
 	"os"
 	"syscall"
 
@@ -20,9 +22,13 @@ func createSegment(path string, size int) (*segment, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := f.Truncate(int64(size)); err != nil {
-		f.Close()
-		return nil, err
+	// Allocate the blocks now: writing into a hole of a sparse file makes
+	// the file system allocate a block at the page fault, on the commit path.
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
+		if err := f.Truncate(int64(size)); err != nil { // no fallocate here: sparse it is
+			f.Close()
+			return nil, err
+		}
 	}
 	mm, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
@@ -34,7 +40,15 @@ func createSegment(path string, size int) (*segment, error) {
 
 func (s *segment) fits(n int) bool { return s.off+n <= len(s.mm) }
 
-func (s *segment) write(b []byte) { s.off += copy(s.mm[s.off:], b) }
+// writeFrame writes payload as one frame straight into the map: header
+// (length, CRC-32C) then payload, with no intermediate buffer.
+func (s *segment) writeFrame(payload []byte) {
+	binary.LittleEndian.PutUint32(s.mm[s.off:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(s.mm[s.off+4:], crc32.Checksum(payload, crcTable))
+	s.off += 8 + copy(s.mm[s.off+8:], payload)
+}
+
+func frameSize(payload int) int { return 8 + payload }
 
 // sync makes bytes [from, to) durable. On Linux the page cache is shared
 // by the map and the file, so fdatasync writes the mapped dirty pages too,
