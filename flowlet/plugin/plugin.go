@@ -50,6 +50,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/proto/flowletpb"
@@ -80,6 +81,11 @@ const MaxMessageSize = 256 << 20
 // a large batch goes out without waiting for window updates.
 const WindowSize = 16 << 20
 
+// IOBufferSize is the size of the connection's read and write buffers on
+// both ends (gRPC's default is 32 KiB): a batch of a few hundred events
+// goes out in one flush and comes in with fewer reads.
+const IOBufferSize = 512 << 10
+
 // Serve serves the flowlet type whose values newFlowlet makes, described by
 // info, and returns when the host is done with the process. Call it from
 // main. It exits the process with status 1 when the flowlet does not qualify
@@ -101,7 +107,8 @@ func Serve(newFlowlet func() flowlet.Flowlet, info flowlet.TypeInfo) {
 		}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			opts = append(opts, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize),
-				grpc.InitialWindowSize(WindowSize), grpc.InitialConnWindowSize(WindowSize))
+				grpc.InitialWindowSize(WindowSize), grpc.InitialConnWindowSize(WindowSize),
+				experimental.BufferPool(BufferPool), grpc.WriteBufferSize(IOBufferSize), grpc.ReadBufferSize(IOBufferSize))
 			return grpc.NewServer(opts...)
 		},
 		Logger: hclog.New(&hclog.LoggerOptions{

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -216,6 +217,41 @@ func (s *server) Close(context.Context, *pb.CloseRequest) (*pb.CloseResponse, er
 		s.conn, s.host = nil, nil
 	}
 	return &resp, nil
+}
+
+// Steps serves the steps of the process over one stream: each StepCall is
+// run like the unary call of its op, and its StepResponse sent back.
+func (s *server) Steps(stream pb.Flowlet_StepsServer) error {
+	ctx := stream.Context()
+	for {
+		call, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		var resp *pb.StepResponse
+		switch call.Op {
+		case pb.StepCall_PROCESS_BATCH:
+			if call.Batch == nil {
+				return status.Error(codes.InvalidArgument, "flowrun plugin: PROCESS_BATCH without a batch")
+			}
+			resp, err = s.ProcessBatch(ctx, call.Batch)
+		case pb.StepCall_GENERATE:
+			resp, err = s.Generate(ctx, call.Step)
+		case pb.StepCall_TICK:
+			resp, err = s.Tick(ctx, call.Step)
+		default:
+			return status.Errorf(codes.InvalidArgument, "flowrun plugin: unknown step op %v", call.Op)
+		}
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
 }
 
 // begin resets the step context for a call; the Context handed to the

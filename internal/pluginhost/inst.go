@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -43,9 +45,11 @@ type inst struct {
 		err error // first failed write applied in a callback
 	}
 
-	packed pb.PackedEvents // reused batch buffers
-	keys   []*pb.EventKeys
-	opts   []flowlet.EmitOption
+	packed   pb.PackedEvents // reused batch buffers
+	batchReq pb.BatchRequest
+	stepCall pb.StepCall
+	keys     []*pb.EventKeys
+	opts     []flowlet.EmitOption
 }
 
 type (
@@ -228,17 +232,68 @@ func (in *inst) ensure(ctx context.Context) (*proc, error) {
 		if refused {
 			return nil, &InitError{Flowlet: in.name, Instance: in.idx, Message: st.Message()}
 		}
-		return nil, in.callError("Init", err, ictx, ctx, pr)
+		return nil, in.callError("Init", err, ctx.Err() == nil && errors.Is(ictx.Err(), context.DeadlineExceeded), pr)
 	}
 	in.setProc(pr)
 	return pr, nil
 }
 
+var opNames = map[pb.StepCall_Op]string{
+	pb.StepCall_PROCESS_BATCH: "ProcessBatch", pb.StepCall_GENERATE: "Generate", pb.StepCall_TICK: "Tick",
+}
+
+// step runs one step call: over the process's Steps stream (opened at the
+// first step), or with the unary call when the plugin does not implement
+// Steps. The call is bounded by the call timeout and by ctx; either ends
+// the stream (the caller then kills the process).
+func (in *inst) step(ctx context.Context, pr *proc, call *pb.StepCall) (resp *pb.StepResponse, timedOut bool, err error) {
+	if !pr.noSteps {
+		resp, timedOut, err = in.stream(ctx, pr, call)
+		if status.Code(err) != codes.Unimplemented {
+			return resp, timedOut, err
+		}
+		pr.noSteps = true // an older or foreign plugin: the step did not run
+		pr.closeSteps()
+	}
+	cctx, cancel := context.WithTimeout(ctx, in.p.opts.CallTimeout)
+	defer cancel()
+	switch call.Op {
+	case pb.StepCall_PROCESS_BATCH:
+		resp, err = pr.client.ProcessBatch(cctx, call.Batch)
+	case pb.StepCall_GENERATE:
+		resp, err = pr.client.Generate(cctx, call.Step)
+	default:
+		resp, err = pr.client.Tick(cctx, call.Step)
+	}
+	return resp, ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded), err
+}
+
+func (in *inst) stream(ctx context.Context, pr *proc, call *pb.StepCall) (*pb.StepResponse, bool, error) {
+	st, err := pr.openSteps()
+	if err != nil {
+		return nil, false, err
+	}
+	var timedOut atomic.Bool
+	t := time.AfterFunc(in.p.opts.CallTimeout, func() { timedOut.Store(true); pr.closeSteps() })
+	stop := context.AfterFunc(ctx, pr.closeSteps)
+	err = st.Send(call)
+	var resp *pb.StepResponse
+	if err == nil || errors.Is(err, io.EOF) { // on EOF, Recv has the stream's error
+		resp, err = st.Recv()
+	}
+	t.Stop()
+	stop()
+	if err == nil && resp == nil {
+		err = errors.New("empty step response")
+	}
+	return resp, timedOut.Load(), err
+}
+
 // callError describes a failed call; the process has been killed.
-func (in *inst) callError(op string, err error, cctx, ctx context.Context, pr *proc) error {
+func (in *inst) callError(op string, err error, timedOut bool, pr *proc) error {
 	ce := &CallError{Flowlet: in.name, Instance: in.idx, Op: op}
 	switch {
-	case ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded):
+	case timedOut:
 		ce.Timeout = true
 		ce.Err = fmt.Errorf("no answer within the deadline of %v; the plugin was killed and restarts at the next call", in.p.opts.CallTimeout)
 	default:
@@ -257,9 +312,10 @@ func (in *inst) callError(op string, err error, cctx, ctx context.Context, pr *p
 
 // call runs one step RPC with ctx as the step's context and applies its
 // response.
-func (in *inst) call(ctx flowlet.Context, op string, evs []flowlet.Event, rpc func(context.Context, *proc, *pb.StepRequest) (*pb.StepResponse, error)) error {
+func (in *inst) call(ctx flowlet.Context, kind pb.StepCall_Op, evs []flowlet.Event, mk func(*pb.StepRequest) *pb.StepCall) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	op := opNames[kind]
 	pr, err := in.ensure(ctx)
 	if err != nil {
 		return err
@@ -268,12 +324,11 @@ func (in *inst) call(ctx flowlet.Context, op string, evs []flowlet.Event, rpc fu
 	_, canDL := ctx.(deadLetterer)
 	_, canDLE := ctx.(eventDeadLetterer)
 	req := &pb.StepRequest{CallId: in.callID, DeadLetter: canDL, DeadLetterEvent: canDL && canDLE}
+	call := mk(req)
 	in.cb.mu.Lock()
 	in.cb.ctx, in.cb.id, in.cb.err = ctx, in.callID, nil
 	in.cb.mu.Unlock()
-	cctx, cancel := context.WithTimeout(ctx, in.p.opts.CallTimeout)
-	resp, err := rpc(cctx, pr, req)
-	cancel()
+	resp, timedOut, err := in.step(ctx, pr, call)
 	in.cb.mu.Lock()
 	cbErr := in.cb.err
 	in.cb.ctx, in.cb.err = nil, nil
@@ -286,7 +341,7 @@ func (in *inst) call(ctx flowlet.Context, op string, evs []flowlet.Event, rpc fu
 		if ctx.Err() != nil {
 			return fmt.Errorf("flowlet %q instance %d: plugin %s: %w", in.name, in.idx, op, ctx.Err())
 		}
-		return in.callError(op, err, cctx, ctx, pr)
+		return in.callError(op, err, timedOut, pr)
 	}
 	in.fails = 0
 	if cbErr != nil {
@@ -432,14 +487,17 @@ type eventDeadLetterer interface {
 }
 
 func (in *inst) processBatch(ctx flowlet.Context, evs []flowlet.Event) error {
-	return in.call(ctx, "ProcessBatch", evs, func(cctx context.Context, pr *proc, step *pb.StepRequest) (*pb.StepResponse, error) {
-		r, err := pr.client.ProcessBatch(cctx, &pb.BatchRequest{Step: step, Packed: in.pack(evs)})
+	defer func() {
 		in.packed.Keys = nil // drop references to the caller's keys
 		clear(in.keys)
 		if cap(in.packed.Payloads) > maxKeptBuffer {
 			in.packed.Payloads = nil
 		}
-		return r, err
+	}()
+	return in.call(ctx, pb.StepCall_PROCESS_BATCH, evs, func(step *pb.StepRequest) *pb.StepCall {
+		in.batchReq = pb.BatchRequest{Step: step, Packed: in.pack(evs)}
+		in.stepCall = pb.StepCall{Op: pb.StepCall_PROCESS_BATCH, Batch: &in.batchReq}
+		return &in.stepCall
 	})
 }
 
@@ -507,14 +565,14 @@ func index(list *[]string, s string) uint32 {
 }
 
 func (in *inst) tick(ctx flowlet.Context) error {
-	return in.call(ctx, "Tick", nil, func(cctx context.Context, pr *proc, step *pb.StepRequest) (*pb.StepResponse, error) {
-		return pr.client.Tick(cctx, step)
+	return in.call(ctx, pb.StepCall_TICK, nil, func(step *pb.StepRequest) *pb.StepCall {
+		return &pb.StepCall{Op: pb.StepCall_TICK, Step: step}
 	})
 }
 
 func (in *inst) generate(ctx flowlet.Context) error {
-	return in.call(ctx, "Generate", nil, func(cctx context.Context, pr *proc, step *pb.StepRequest) (*pb.StepResponse, error) {
-		return pr.client.Generate(cctx, step)
+	return in.call(ctx, pb.StepCall_GENERATE, nil, func(step *pb.StepRequest) *pb.StepCall {
+		return &pb.StepCall{Op: pb.StepCall_GENERATE, Step: step}
 	})
 }
 

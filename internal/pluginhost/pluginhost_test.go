@@ -471,3 +471,25 @@ func TestBuildCache(t *testing.T) {
 		t.Fatalf("edited sources: %v, same binary %s", err, b3)
 	}
 }
+
+// TestUnaryPlugin: a plugin without the Steps stream (written against the
+// contract alone, as in another language) gets its steps as unary calls,
+// and its plain emits are applied.
+func TestUnaryPlugin(t *testing.T) {
+	p := open(t, "unary", "unary", options(t, nil))
+	f := p.New().(flowlet.BatchProcessor)
+	ctx := flowlettest.New("unary")
+	for round := range 3 {
+		evs := []flowlet.Event{ev("a"), ev("b")}
+		for i := range evs {
+			evs[i].ID = fmt.Sprintf("r%d-%d", round, i)
+		}
+		if err := f.ProcessBatch(ctx, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx.Commit()
+	if got := ctx.Emits("out"); !slices.Equal(got, []string{"A", "B", "A", "B", "A", "B"}) {
+		t.Errorf("out %v", got)
+	}
+}

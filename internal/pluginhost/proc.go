@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 
 	"github.com/flowrun/flowrun/flowlet/plugin"
 	pb "github.com/flowrun/flowrun/proto/flowletpb"
@@ -32,6 +33,44 @@ type proc struct {
 	hostID uint32 // broker id of the Host service, once served
 	host   *hostServer
 	once   sync.Once
+
+	// The Steps stream (opened at the first step, under smu; noSteps: the
+	// plugin does not implement it, use the unary calls).
+	smu         sync.Mutex
+	steps       pb.Flowlet_StepsClient
+	stepsCancel context.CancelFunc
+	stepsDone   bool
+	noSteps     bool
+}
+
+// openSteps returns the process's Steps stream, opening it if needed.
+func (pr *proc) openSteps() (pb.Flowlet_StepsClient, error) {
+	pr.smu.Lock()
+	defer pr.smu.Unlock()
+	if pr.stepsDone {
+		return nil, errors.New("the step stream was closed")
+	}
+	if pr.steps == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		st, err := pr.client.Steps(ctx)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		pr.steps, pr.stepsCancel = st, cancel
+	}
+	return pr.steps, nil
+}
+
+// closeSteps ends the Steps stream (a step in flight fails); a closed
+// stream is not reopened.
+func (pr *proc) closeSteps() {
+	pr.smu.Lock()
+	defer pr.smu.Unlock()
+	pr.stepsDone = true
+	if pr.stepsCancel != nil {
+		pr.stepsCancel()
+	}
 }
 
 // hostPlugin is the host side of the go-plugin plugin.
@@ -71,6 +110,8 @@ func (p *Plugin) start(idx int) (*proc, error) {
 		GRPCDialOptions: []grpc.DialOption{
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(plugin.MaxMessageSize), grpc.MaxCallSendMsgSize(plugin.MaxMessageSize)),
 			grpc.WithInitialWindowSize(plugin.WindowSize), grpc.WithInitialConnWindowSize(plugin.WindowSize),
+			experimental.WithBufferPool(plugin.BufferPool),
+			grpc.WithWriteBufferSize(plugin.IOBufferSize), grpc.WithReadBufferSize(plugin.IOBufferSize),
 		},
 	})
 	rpc, err := gp.Client()
@@ -151,6 +192,7 @@ func (pr *proc) tail() string {
 // waits for go-plugin's goroutines.
 func (pr *proc) kill() {
 	pr.once.Do(func() {
+		pr.closeSteps()
 		if pr.pid > 0 && !pr.gp.Exited() {
 			_ = syscall.Kill(pr.pid, syscall.SIGKILL)
 		}
@@ -160,7 +202,10 @@ func (pr *proc) kill() {
 
 // stop ends the process gracefully (after Close).
 func (pr *proc) stop() {
-	pr.once.Do(pr.gp.Kill)
+	pr.once.Do(func() {
+		pr.closeSteps()
+		pr.gp.Kill()
+	})
 }
 
 // logWriter logs a plugin's stderr line by line: JSON lines (slog's or

@@ -32,6 +32,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type StepCall_Op int32
+
+const (
+	StepCall_OP_UNSPECIFIED StepCall_Op = 0
+	StepCall_PROCESS_BATCH  StepCall_Op = 1 // batch is set
+	StepCall_GENERATE       StepCall_Op = 2 // step is set
+	StepCall_TICK           StepCall_Op = 3 // step is set
+)
+
+// Enum value maps for StepCall_Op.
+var (
+	StepCall_Op_name = map[int32]string{
+		0: "OP_UNSPECIFIED",
+		1: "PROCESS_BATCH",
+		2: "GENERATE",
+		3: "TICK",
+	}
+	StepCall_Op_value = map[string]int32{
+		"OP_UNSPECIFIED": 0,
+		"PROCESS_BATCH":  1,
+		"GENERATE":       2,
+		"TICK":           3,
+	}
+)
+
+func (x StepCall_Op) Enum() *StepCall_Op {
+	p := new(StepCall_Op)
+	*p = x
+	return p
+}
+
+func (x StepCall_Op) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StepCall_Op) Descriptor() protoreflect.EnumDescriptor {
+	return file_flowlet_proto_enumTypes[0].Descriptor()
+}
+
+func (StepCall_Op) Type() protoreflect.EnumType {
+	return &file_flowlet_proto_enumTypes[0]
+}
+
+func (x StepCall_Op) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StepCall_Op.Descriptor instead.
+func (StepCall_Op) EnumDescriptor() ([]byte, []int) {
+	return file_flowlet_proto_rawDescGZIP(), []int{0, 0}
+}
+
 type StateOp_Kind int32
 
 const (
@@ -68,11 +120,11 @@ func (x StateOp_Kind) String() string {
 }
 
 func (StateOp_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_flowlet_proto_enumTypes[0].Descriptor()
+	return file_flowlet_proto_enumTypes[1].Descriptor()
 }
 
 func (StateOp_Kind) Type() protoreflect.EnumType {
-	return &file_flowlet_proto_enumTypes[0]
+	return &file_flowlet_proto_enumTypes[1]
 }
 
 func (x StateOp_Kind) Number() protoreflect.EnumNumber {
@@ -81,7 +133,7 @@ func (x StateOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StateOp_Kind.Descriptor instead.
 func (StateOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{11, 0}
+	return file_flowlet_proto_rawDescGZIP(), []int{12, 0}
 }
 
 type Error_Kind int32
@@ -123,11 +175,11 @@ func (x Error_Kind) String() string {
 }
 
 func (Error_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_flowlet_proto_enumTypes[1].Descriptor()
+	return file_flowlet_proto_enumTypes[2].Descriptor()
 }
 
 func (Error_Kind) Type() protoreflect.EnumType {
-	return &file_flowlet_proto_enumTypes[1]
+	return &file_flowlet_proto_enumTypes[2]
 }
 
 func (x Error_Kind) Number() protoreflect.EnumNumber {
@@ -136,7 +188,67 @@ func (x Error_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Error_Kind.Descriptor instead.
 func (Error_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{13, 0}
+	return file_flowlet_proto_rawDescGZIP(), []int{14, 0}
+}
+
+type StepCall struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            StepCall_Op            `protobuf:"varint,1,opt,name=op,proto3,enum=flowrun.flowlet.v1.StepCall_Op" json:"op,omitempty"`
+	Step          *StepRequest           `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
+	Batch         *BatchRequest          `protobuf:"bytes,3,opt,name=batch,proto3" json:"batch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepCall) Reset() {
+	*x = StepCall{}
+	mi := &file_flowlet_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepCall) ProtoMessage() {}
+
+func (x *StepCall) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlet_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepCall.ProtoReflect.Descriptor instead.
+func (*StepCall) Descriptor() ([]byte, []int) {
+	return file_flowlet_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *StepCall) GetOp() StepCall_Op {
+	if x != nil {
+		return x.Op
+	}
+	return StepCall_OP_UNSPECIFIED
+}
+
+func (x *StepCall) GetStep() *StepRequest {
+	if x != nil {
+		return x.Step
+	}
+	return nil
+}
+
+func (x *StepCall) GetBatch() *BatchRequest {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
 }
 
 type DescribeRequest struct {
@@ -147,7 +259,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_flowlet_proto_msgTypes[0]
+	mi := &file_flowlet_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -159,7 +271,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[0]
+	mi := &file_flowlet_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -172,7 +284,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{0}
+	return file_flowlet_proto_rawDescGZIP(), []int{1}
 }
 
 type TypeInfo struct {
@@ -192,7 +304,7 @@ type TypeInfo struct {
 
 func (x *TypeInfo) Reset() {
 	*x = TypeInfo{}
-	mi := &file_flowlet_proto_msgTypes[1]
+	mi := &file_flowlet_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -204,7 +316,7 @@ func (x *TypeInfo) String() string {
 func (*TypeInfo) ProtoMessage() {}
 
 func (x *TypeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[1]
+	mi := &file_flowlet_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -217,7 +329,7 @@ func (x *TypeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeInfo.ProtoReflect.Descriptor instead.
 func (*TypeInfo) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{1}
+	return file_flowlet_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *TypeInfo) GetOutputs() []string {
@@ -284,7 +396,7 @@ type InitRequest struct {
 
 func (x *InitRequest) Reset() {
 	*x = InitRequest{}
-	mi := &file_flowlet_proto_msgTypes[2]
+	mi := &file_flowlet_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -296,7 +408,7 @@ func (x *InitRequest) String() string {
 func (*InitRequest) ProtoMessage() {}
 
 func (x *InitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[2]
+	mi := &file_flowlet_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -309,7 +421,7 @@ func (x *InitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitRequest.ProtoReflect.Descriptor instead.
 func (*InitRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{2}
+	return file_flowlet_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *InitRequest) GetName() string {
@@ -356,7 +468,7 @@ type InitResponse struct {
 
 func (x *InitResponse) Reset() {
 	*x = InitResponse{}
-	mi := &file_flowlet_proto_msgTypes[3]
+	mi := &file_flowlet_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +480,7 @@ func (x *InitResponse) String() string {
 func (*InitResponse) ProtoMessage() {}
 
 func (x *InitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[3]
+	mi := &file_flowlet_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +493,7 @@ func (x *InitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResponse.ProtoReflect.Descriptor instead.
 func (*InitResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{3}
+	return file_flowlet_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *InitResponse) GetInfo() *TypeInfo {
@@ -401,7 +513,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_flowlet_proto_msgTypes[4]
+	mi := &file_flowlet_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +525,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[4]
+	mi := &file_flowlet_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +538,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{4}
+	return file_flowlet_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KeyValue) GetName() string {
@@ -458,7 +570,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_flowlet_proto_msgTypes[5]
+	mi := &file_flowlet_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -470,7 +582,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[5]
+	mi := &file_flowlet_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -483,7 +595,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{5}
+	return file_flowlet_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Event) GetId() string {
@@ -544,7 +656,7 @@ type StepRequest struct {
 
 func (x *StepRequest) Reset() {
 	*x = StepRequest{}
-	mi := &file_flowlet_proto_msgTypes[6]
+	mi := &file_flowlet_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +668,7 @@ func (x *StepRequest) String() string {
 func (*StepRequest) ProtoMessage() {}
 
 func (x *StepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[6]
+	mi := &file_flowlet_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +681,7 @@ func (x *StepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepRequest.ProtoReflect.Descriptor instead.
 func (*StepRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{6}
+	return file_flowlet_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StepRequest) GetCallId() uint64 {
@@ -606,7 +718,7 @@ type BatchRequest struct {
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_flowlet_proto_msgTypes[7]
+	mi := &file_flowlet_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -618,7 +730,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[7]
+	mi := &file_flowlet_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -631,7 +743,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{7}
+	return file_flowlet_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BatchRequest) GetStep() *StepRequest {
@@ -680,7 +792,7 @@ type PackedEvents struct {
 
 func (x *PackedEvents) Reset() {
 	*x = PackedEvents{}
-	mi := &file_flowlet_proto_msgTypes[8]
+	mi := &file_flowlet_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +804,7 @@ func (x *PackedEvents) String() string {
 func (*PackedEvents) ProtoMessage() {}
 
 func (x *PackedEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[8]
+	mi := &file_flowlet_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +817,7 @@ func (x *PackedEvents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PackedEvents.ProtoReflect.Descriptor instead.
 func (*PackedEvents) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{8}
+	return file_flowlet_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PackedEvents) GetPayloads() []byte {
@@ -781,7 +893,7 @@ type EventKeys struct {
 
 func (x *EventKeys) Reset() {
 	*x = EventKeys{}
-	mi := &file_flowlet_proto_msgTypes[9]
+	mi := &file_flowlet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +905,7 @@ func (x *EventKeys) String() string {
 func (*EventKeys) ProtoMessage() {}
 
 func (x *EventKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[9]
+	mi := &file_flowlet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +918,7 @@ func (x *EventKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventKeys.ProtoReflect.Descriptor instead.
 func (*EventKeys) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{9}
+	return file_flowlet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EventKeys) GetEvent() uint32 {
@@ -837,7 +949,7 @@ type Emit struct {
 
 func (x *Emit) Reset() {
 	*x = Emit{}
-	mi := &file_flowlet_proto_msgTypes[10]
+	mi := &file_flowlet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +961,7 @@ func (x *Emit) String() string {
 func (*Emit) ProtoMessage() {}
 
 func (x *Emit) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[10]
+	mi := &file_flowlet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +974,7 @@ func (x *Emit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Emit.ProtoReflect.Descriptor instead.
 func (*Emit) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{10}
+	return file_flowlet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Emit) GetOutput() string {
@@ -921,7 +1033,7 @@ type StateOp struct {
 
 func (x *StateOp) Reset() {
 	*x = StateOp{}
-	mi := &file_flowlet_proto_msgTypes[11]
+	mi := &file_flowlet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1045,7 @@ func (x *StateOp) String() string {
 func (*StateOp) ProtoMessage() {}
 
 func (x *StateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[11]
+	mi := &file_flowlet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1058,7 @@ func (x *StateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateOp.ProtoReflect.Descriptor instead.
 func (*StateOp) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{11}
+	return file_flowlet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StateOp) GetKind() StateOp_Kind {
@@ -999,7 +1111,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_flowlet_proto_msgTypes[12]
+	mi := &file_flowlet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1123,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[12]
+	mi := &file_flowlet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1136,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{12}
+	return file_flowlet_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeadLetter) GetPayload() []byte {
@@ -1070,7 +1182,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_flowlet_proto_msgTypes[13]
+	mi := &file_flowlet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1194,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[13]
+	mi := &file_flowlet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1207,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{13}
+	return file_flowlet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Error) GetKind() Error_Kind {
@@ -1151,7 +1263,7 @@ type StepResponse struct {
 
 func (x *StepResponse) Reset() {
 	*x = StepResponse{}
-	mi := &file_flowlet_proto_msgTypes[14]
+	mi := &file_flowlet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1275,7 @@ func (x *StepResponse) String() string {
 func (*StepResponse) ProtoMessage() {}
 
 func (x *StepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[14]
+	mi := &file_flowlet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1288,7 @@ func (x *StepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepResponse.ProtoReflect.Descriptor instead.
 func (*StepResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{14}
+	return file_flowlet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StepResponse) GetEmits() []*Emit {
@@ -1242,7 +1354,7 @@ type PackedEmits struct {
 
 func (x *PackedEmits) Reset() {
 	*x = PackedEmits{}
-	mi := &file_flowlet_proto_msgTypes[15]
+	mi := &file_flowlet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1366,7 @@ func (x *PackedEmits) String() string {
 func (*PackedEmits) ProtoMessage() {}
 
 func (x *PackedEmits) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[15]
+	mi := &file_flowlet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1379,7 @@ func (x *PackedEmits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PackedEmits.ProtoReflect.Descriptor instead.
 func (*PackedEmits) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{15}
+	return file_flowlet_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PackedEmits) GetOutputs() []string {
@@ -1362,7 +1474,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_flowlet_proto_msgTypes[16]
+	mi := &file_flowlet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1486,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[16]
+	mi := &file_flowlet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1499,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{16}
+	return file_flowlet_proto_rawDescGZIP(), []int{17}
 }
 
 type CloseResponse struct {
@@ -1399,7 +1511,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_flowlet_proto_msgTypes[17]
+	mi := &file_flowlet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1523,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[17]
+	mi := &file_flowlet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1536,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{17}
+	return file_flowlet_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CloseResponse) GetError() string {
@@ -1446,7 +1558,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_flowlet_proto_msgTypes[18]
+	mi := &file_flowlet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1570,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[18]
+	mi := &file_flowlet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1583,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{18}
+	return file_flowlet_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetRequest) GetCallId() uint64 {
@@ -1512,7 +1624,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_flowlet_proto_msgTypes[19]
+	mi := &file_flowlet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1636,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[19]
+	mi := &file_flowlet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1649,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{19}
+	return file_flowlet_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetResponse) GetValue() []byte {
@@ -1566,7 +1678,7 @@ type CounterGetRequest struct {
 
 func (x *CounterGetRequest) Reset() {
 	*x = CounterGetRequest{}
-	mi := &file_flowlet_proto_msgTypes[20]
+	mi := &file_flowlet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1690,7 @@ func (x *CounterGetRequest) String() string {
 func (*CounterGetRequest) ProtoMessage() {}
 
 func (x *CounterGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[20]
+	mi := &file_flowlet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1703,7 @@ func (x *CounterGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterGetRequest.ProtoReflect.Descriptor instead.
 func (*CounterGetRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{20}
+	return file_flowlet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CounterGetRequest) GetCallId() uint64 {
@@ -1631,7 +1743,7 @@ type CounterGetResponse struct {
 
 func (x *CounterGetResponse) Reset() {
 	*x = CounterGetResponse{}
-	mi := &file_flowlet_proto_msgTypes[21]
+	mi := &file_flowlet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1755,7 @@ func (x *CounterGetResponse) String() string {
 func (*CounterGetResponse) ProtoMessage() {}
 
 func (x *CounterGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[21]
+	mi := &file_flowlet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1768,7 @@ func (x *CounterGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterGetResponse.ProtoReflect.Descriptor instead.
 func (*CounterGetResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{21}
+	return file_flowlet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CounterGetResponse) GetCount() int64 {
@@ -1686,7 +1798,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_flowlet_proto_msgTypes[22]
+	mi := &file_flowlet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1810,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[22]
+	mi := &file_flowlet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1823,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{22}
+	return file_flowlet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ScanRequest) GetCallId() uint64 {
@@ -1795,7 +1907,7 @@ type ScanEntry struct {
 
 func (x *ScanEntry) Reset() {
 	*x = ScanEntry{}
-	mi := &file_flowlet_proto_msgTypes[23]
+	mi := &file_flowlet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1807,7 +1919,7 @@ func (x *ScanEntry) String() string {
 func (*ScanEntry) ProtoMessage() {}
 
 func (x *ScanEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[23]
+	mi := &file_flowlet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1820,7 +1932,7 @@ func (x *ScanEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanEntry.ProtoReflect.Descriptor instead.
 func (*ScanEntry) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{23}
+	return file_flowlet_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ScanEntry) GetKey() []byte {
@@ -1855,7 +1967,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_flowlet_proto_msgTypes[24]
+	mi := &file_flowlet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +1979,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[24]
+	mi := &file_flowlet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +1992,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{24}
+	return file_flowlet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ScanResponse) GetEntries() []*ScanEntry {
@@ -1907,7 +2019,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_flowlet_proto_msgTypes[25]
+	mi := &file_flowlet_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2031,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[25]
+	mi := &file_flowlet_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2044,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{25}
+	return file_flowlet_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ApplyRequest) GetCallId() uint64 {
@@ -1957,7 +2069,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_flowlet_proto_msgTypes[26]
+	mi := &file_flowlet_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2081,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[26]
+	mi := &file_flowlet_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,14 +2094,23 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{26}
+	return file_flowlet_proto_rawDescGZIP(), []int{27}
 }
 
 var File_flowlet_proto protoreflect.FileDescriptor
 
 const file_flowlet_proto_rawDesc = "" +
 	"\n" +
-	"\rflowlet.proto\x12\x12flowrun.flowlet.v1\"\x11\n" +
+	"\rflowlet.proto\x12\x12flowrun.flowlet.v1\"\xed\x01\n" +
+	"\bStepCall\x12/\n" +
+	"\x02op\x18\x01 \x01(\x0e2\x1f.flowrun.flowlet.v1.StepCall.OpR\x02op\x123\n" +
+	"\x04step\x18\x02 \x01(\v2\x1f.flowrun.flowlet.v1.StepRequestR\x04step\x126\n" +
+	"\x05batch\x18\x03 \x01(\v2 .flowrun.flowlet.v1.BatchRequestR\x05batch\"C\n" +
+	"\x02Op\x12\x12\n" +
+	"\x0eOP_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rPROCESS_BATCH\x10\x01\x12\f\n" +
+	"\bGENERATE\x10\x02\x12\b\n" +
+	"\x04TICK\x10\x03\"\x11\n" +
 	"\x0fDescribeRequest\"\xac\x01\n" +
 	"\bTypeInfo\x12\x18\n" +
 	"\aoutputs\x18\x01 \x03(\tR\aoutputs\x12\x16\n" +
@@ -2148,14 +2269,15 @@ const file_flowlet_proto_rawDesc = "" +
 	"\fApplyRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x123\n" +
 	"\x06writes\x18\x02 \x03(\v2\x1b.flowrun.flowlet.v1.StateOpR\x06writes\"\x0f\n" +
-	"\rApplyResponse2\xdf\x03\n" +
+	"\rApplyResponse2\xac\x04\n" +
 	"\aFlowlet\x12M\n" +
 	"\bDescribe\x12#.flowrun.flowlet.v1.DescribeRequest\x1a\x1c.flowrun.flowlet.v1.TypeInfo\x12I\n" +
 	"\x04Init\x12\x1f.flowrun.flowlet.v1.InitRequest\x1a .flowrun.flowlet.v1.InitResponse\x12R\n" +
 	"\fProcessBatch\x12 .flowrun.flowlet.v1.BatchRequest\x1a .flowrun.flowlet.v1.StepResponse\x12M\n" +
 	"\bGenerate\x12\x1f.flowrun.flowlet.v1.StepRequest\x1a .flowrun.flowlet.v1.StepResponse\x12I\n" +
 	"\x04Tick\x12\x1f.flowrun.flowlet.v1.StepRequest\x1a .flowrun.flowlet.v1.StepResponse\x12L\n" +
-	"\x05Close\x12 .flowrun.flowlet.v1.CloseRequest\x1a!.flowrun.flowlet.v1.CloseResponse2\xc4\x02\n" +
+	"\x05Close\x12 .flowrun.flowlet.v1.CloseRequest\x1a!.flowrun.flowlet.v1.CloseResponse\x12K\n" +
+	"\x05Steps\x12\x1c.flowrun.flowlet.v1.StepCall\x1a .flowrun.flowlet.v1.StepResponse(\x010\x012\xc4\x02\n" +
 	"\x04Host\x12F\n" +
 	"\x03Get\x12\x1e.flowrun.flowlet.v1.GetRequest\x1a\x1f.flowrun.flowlet.v1.GetResponse\x12[\n" +
 	"\n" +
@@ -2175,85 +2297,92 @@ func file_flowlet_proto_rawDescGZIP() []byte {
 	return file_flowlet_proto_rawDescData
 }
 
-var file_flowlet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_flowlet_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_flowlet_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_flowlet_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_flowlet_proto_goTypes = []any{
-	(StateOp_Kind)(0),          // 0: flowrun.flowlet.v1.StateOp.Kind
-	(Error_Kind)(0),            // 1: flowrun.flowlet.v1.Error.Kind
-	(*DescribeRequest)(nil),    // 2: flowrun.flowlet.v1.DescribeRequest
-	(*TypeInfo)(nil),           // 3: flowrun.flowlet.v1.TypeInfo
-	(*InitRequest)(nil),        // 4: flowrun.flowlet.v1.InitRequest
-	(*InitResponse)(nil),       // 5: flowrun.flowlet.v1.InitResponse
-	(*KeyValue)(nil),           // 6: flowrun.flowlet.v1.KeyValue
-	(*Event)(nil),              // 7: flowrun.flowlet.v1.Event
-	(*StepRequest)(nil),        // 8: flowrun.flowlet.v1.StepRequest
-	(*BatchRequest)(nil),       // 9: flowrun.flowlet.v1.BatchRequest
-	(*PackedEvents)(nil),       // 10: flowrun.flowlet.v1.PackedEvents
-	(*EventKeys)(nil),          // 11: flowrun.flowlet.v1.EventKeys
-	(*Emit)(nil),               // 12: flowrun.flowlet.v1.Emit
-	(*StateOp)(nil),            // 13: flowrun.flowlet.v1.StateOp
-	(*DeadLetter)(nil),         // 14: flowrun.flowlet.v1.DeadLetter
-	(*Error)(nil),              // 15: flowrun.flowlet.v1.Error
-	(*StepResponse)(nil),       // 16: flowrun.flowlet.v1.StepResponse
-	(*PackedEmits)(nil),        // 17: flowrun.flowlet.v1.PackedEmits
-	(*CloseRequest)(nil),       // 18: flowrun.flowlet.v1.CloseRequest
-	(*CloseResponse)(nil),      // 19: flowrun.flowlet.v1.CloseResponse
-	(*GetRequest)(nil),         // 20: flowrun.flowlet.v1.GetRequest
-	(*GetResponse)(nil),        // 21: flowrun.flowlet.v1.GetResponse
-	(*CounterGetRequest)(nil),  // 22: flowrun.flowlet.v1.CounterGetRequest
-	(*CounterGetResponse)(nil), // 23: flowrun.flowlet.v1.CounterGetResponse
-	(*ScanRequest)(nil),        // 24: flowrun.flowlet.v1.ScanRequest
-	(*ScanEntry)(nil),          // 25: flowrun.flowlet.v1.ScanEntry
-	(*ScanResponse)(nil),       // 26: flowrun.flowlet.v1.ScanResponse
-	(*ApplyRequest)(nil),       // 27: flowrun.flowlet.v1.ApplyRequest
-	(*ApplyResponse)(nil),      // 28: flowrun.flowlet.v1.ApplyResponse
+	(StepCall_Op)(0),           // 0: flowrun.flowlet.v1.StepCall.Op
+	(StateOp_Kind)(0),          // 1: flowrun.flowlet.v1.StateOp.Kind
+	(Error_Kind)(0),            // 2: flowrun.flowlet.v1.Error.Kind
+	(*StepCall)(nil),           // 3: flowrun.flowlet.v1.StepCall
+	(*DescribeRequest)(nil),    // 4: flowrun.flowlet.v1.DescribeRequest
+	(*TypeInfo)(nil),           // 5: flowrun.flowlet.v1.TypeInfo
+	(*InitRequest)(nil),        // 6: flowrun.flowlet.v1.InitRequest
+	(*InitResponse)(nil),       // 7: flowrun.flowlet.v1.InitResponse
+	(*KeyValue)(nil),           // 8: flowrun.flowlet.v1.KeyValue
+	(*Event)(nil),              // 9: flowrun.flowlet.v1.Event
+	(*StepRequest)(nil),        // 10: flowrun.flowlet.v1.StepRequest
+	(*BatchRequest)(nil),       // 11: flowrun.flowlet.v1.BatchRequest
+	(*PackedEvents)(nil),       // 12: flowrun.flowlet.v1.PackedEvents
+	(*EventKeys)(nil),          // 13: flowrun.flowlet.v1.EventKeys
+	(*Emit)(nil),               // 14: flowrun.flowlet.v1.Emit
+	(*StateOp)(nil),            // 15: flowrun.flowlet.v1.StateOp
+	(*DeadLetter)(nil),         // 16: flowrun.flowlet.v1.DeadLetter
+	(*Error)(nil),              // 17: flowrun.flowlet.v1.Error
+	(*StepResponse)(nil),       // 18: flowrun.flowlet.v1.StepResponse
+	(*PackedEmits)(nil),        // 19: flowrun.flowlet.v1.PackedEmits
+	(*CloseRequest)(nil),       // 20: flowrun.flowlet.v1.CloseRequest
+	(*CloseResponse)(nil),      // 21: flowrun.flowlet.v1.CloseResponse
+	(*GetRequest)(nil),         // 22: flowrun.flowlet.v1.GetRequest
+	(*GetResponse)(nil),        // 23: flowrun.flowlet.v1.GetResponse
+	(*CounterGetRequest)(nil),  // 24: flowrun.flowlet.v1.CounterGetRequest
+	(*CounterGetResponse)(nil), // 25: flowrun.flowlet.v1.CounterGetResponse
+	(*ScanRequest)(nil),        // 26: flowrun.flowlet.v1.ScanRequest
+	(*ScanEntry)(nil),          // 27: flowrun.flowlet.v1.ScanEntry
+	(*ScanResponse)(nil),       // 28: flowrun.flowlet.v1.ScanResponse
+	(*ApplyRequest)(nil),       // 29: flowrun.flowlet.v1.ApplyRequest
+	(*ApplyResponse)(nil),      // 30: flowrun.flowlet.v1.ApplyResponse
 }
 var file_flowlet_proto_depIdxs = []int32{
-	3,  // 0: flowrun.flowlet.v1.InitResponse.info:type_name -> flowrun.flowlet.v1.TypeInfo
-	6,  // 1: flowrun.flowlet.v1.Event.keys:type_name -> flowrun.flowlet.v1.KeyValue
-	8,  // 2: flowrun.flowlet.v1.BatchRequest.step:type_name -> flowrun.flowlet.v1.StepRequest
-	7,  // 3: flowrun.flowlet.v1.BatchRequest.events:type_name -> flowrun.flowlet.v1.Event
-	10, // 4: flowrun.flowlet.v1.BatchRequest.packed:type_name -> flowrun.flowlet.v1.PackedEvents
-	11, // 5: flowrun.flowlet.v1.PackedEvents.keys:type_name -> flowrun.flowlet.v1.EventKeys
-	6,  // 6: flowrun.flowlet.v1.EventKeys.keys:type_name -> flowrun.flowlet.v1.KeyValue
-	6,  // 7: flowrun.flowlet.v1.Emit.keys:type_name -> flowrun.flowlet.v1.KeyValue
-	0,  // 8: flowrun.flowlet.v1.StateOp.kind:type_name -> flowrun.flowlet.v1.StateOp.Kind
-	1,  // 9: flowrun.flowlet.v1.Error.kind:type_name -> flowrun.flowlet.v1.Error.Kind
-	12, // 10: flowrun.flowlet.v1.StepResponse.emits:type_name -> flowrun.flowlet.v1.Emit
-	13, // 11: flowrun.flowlet.v1.StepResponse.writes:type_name -> flowrun.flowlet.v1.StateOp
-	14, // 12: flowrun.flowlet.v1.StepResponse.dead_letters:type_name -> flowrun.flowlet.v1.DeadLetter
-	15, // 13: flowrun.flowlet.v1.StepResponse.error:type_name -> flowrun.flowlet.v1.Error
-	17, // 14: flowrun.flowlet.v1.StepResponse.packed_emits:type_name -> flowrun.flowlet.v1.PackedEmits
-	13, // 15: flowrun.flowlet.v1.GetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
-	13, // 16: flowrun.flowlet.v1.CounterGetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
-	13, // 17: flowrun.flowlet.v1.ScanRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
-	25, // 18: flowrun.flowlet.v1.ScanResponse.entries:type_name -> flowrun.flowlet.v1.ScanEntry
-	13, // 19: flowrun.flowlet.v1.ApplyRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
-	2,  // 20: flowrun.flowlet.v1.Flowlet.Describe:input_type -> flowrun.flowlet.v1.DescribeRequest
-	4,  // 21: flowrun.flowlet.v1.Flowlet.Init:input_type -> flowrun.flowlet.v1.InitRequest
-	9,  // 22: flowrun.flowlet.v1.Flowlet.ProcessBatch:input_type -> flowrun.flowlet.v1.BatchRequest
-	8,  // 23: flowrun.flowlet.v1.Flowlet.Generate:input_type -> flowrun.flowlet.v1.StepRequest
-	8,  // 24: flowrun.flowlet.v1.Flowlet.Tick:input_type -> flowrun.flowlet.v1.StepRequest
-	18, // 25: flowrun.flowlet.v1.Flowlet.Close:input_type -> flowrun.flowlet.v1.CloseRequest
-	20, // 26: flowrun.flowlet.v1.Host.Get:input_type -> flowrun.flowlet.v1.GetRequest
-	22, // 27: flowrun.flowlet.v1.Host.CounterGet:input_type -> flowrun.flowlet.v1.CounterGetRequest
-	24, // 28: flowrun.flowlet.v1.Host.Scan:input_type -> flowrun.flowlet.v1.ScanRequest
-	27, // 29: flowrun.flowlet.v1.Host.Apply:input_type -> flowrun.flowlet.v1.ApplyRequest
-	3,  // 30: flowrun.flowlet.v1.Flowlet.Describe:output_type -> flowrun.flowlet.v1.TypeInfo
-	5,  // 31: flowrun.flowlet.v1.Flowlet.Init:output_type -> flowrun.flowlet.v1.InitResponse
-	16, // 32: flowrun.flowlet.v1.Flowlet.ProcessBatch:output_type -> flowrun.flowlet.v1.StepResponse
-	16, // 33: flowrun.flowlet.v1.Flowlet.Generate:output_type -> flowrun.flowlet.v1.StepResponse
-	16, // 34: flowrun.flowlet.v1.Flowlet.Tick:output_type -> flowrun.flowlet.v1.StepResponse
-	19, // 35: flowrun.flowlet.v1.Flowlet.Close:output_type -> flowrun.flowlet.v1.CloseResponse
-	21, // 36: flowrun.flowlet.v1.Host.Get:output_type -> flowrun.flowlet.v1.GetResponse
-	23, // 37: flowrun.flowlet.v1.Host.CounterGet:output_type -> flowrun.flowlet.v1.CounterGetResponse
-	26, // 38: flowrun.flowlet.v1.Host.Scan:output_type -> flowrun.flowlet.v1.ScanResponse
-	28, // 39: flowrun.flowlet.v1.Host.Apply:output_type -> flowrun.flowlet.v1.ApplyResponse
-	30, // [30:40] is the sub-list for method output_type
-	20, // [20:30] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	0,  // 0: flowrun.flowlet.v1.StepCall.op:type_name -> flowrun.flowlet.v1.StepCall.Op
+	10, // 1: flowrun.flowlet.v1.StepCall.step:type_name -> flowrun.flowlet.v1.StepRequest
+	11, // 2: flowrun.flowlet.v1.StepCall.batch:type_name -> flowrun.flowlet.v1.BatchRequest
+	5,  // 3: flowrun.flowlet.v1.InitResponse.info:type_name -> flowrun.flowlet.v1.TypeInfo
+	8,  // 4: flowrun.flowlet.v1.Event.keys:type_name -> flowrun.flowlet.v1.KeyValue
+	10, // 5: flowrun.flowlet.v1.BatchRequest.step:type_name -> flowrun.flowlet.v1.StepRequest
+	9,  // 6: flowrun.flowlet.v1.BatchRequest.events:type_name -> flowrun.flowlet.v1.Event
+	12, // 7: flowrun.flowlet.v1.BatchRequest.packed:type_name -> flowrun.flowlet.v1.PackedEvents
+	13, // 8: flowrun.flowlet.v1.PackedEvents.keys:type_name -> flowrun.flowlet.v1.EventKeys
+	8,  // 9: flowrun.flowlet.v1.EventKeys.keys:type_name -> flowrun.flowlet.v1.KeyValue
+	8,  // 10: flowrun.flowlet.v1.Emit.keys:type_name -> flowrun.flowlet.v1.KeyValue
+	1,  // 11: flowrun.flowlet.v1.StateOp.kind:type_name -> flowrun.flowlet.v1.StateOp.Kind
+	2,  // 12: flowrun.flowlet.v1.Error.kind:type_name -> flowrun.flowlet.v1.Error.Kind
+	14, // 13: flowrun.flowlet.v1.StepResponse.emits:type_name -> flowrun.flowlet.v1.Emit
+	15, // 14: flowrun.flowlet.v1.StepResponse.writes:type_name -> flowrun.flowlet.v1.StateOp
+	16, // 15: flowrun.flowlet.v1.StepResponse.dead_letters:type_name -> flowrun.flowlet.v1.DeadLetter
+	17, // 16: flowrun.flowlet.v1.StepResponse.error:type_name -> flowrun.flowlet.v1.Error
+	19, // 17: flowrun.flowlet.v1.StepResponse.packed_emits:type_name -> flowrun.flowlet.v1.PackedEmits
+	15, // 18: flowrun.flowlet.v1.GetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	15, // 19: flowrun.flowlet.v1.CounterGetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	15, // 20: flowrun.flowlet.v1.ScanRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	27, // 21: flowrun.flowlet.v1.ScanResponse.entries:type_name -> flowrun.flowlet.v1.ScanEntry
+	15, // 22: flowrun.flowlet.v1.ApplyRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	4,  // 23: flowrun.flowlet.v1.Flowlet.Describe:input_type -> flowrun.flowlet.v1.DescribeRequest
+	6,  // 24: flowrun.flowlet.v1.Flowlet.Init:input_type -> flowrun.flowlet.v1.InitRequest
+	11, // 25: flowrun.flowlet.v1.Flowlet.ProcessBatch:input_type -> flowrun.flowlet.v1.BatchRequest
+	10, // 26: flowrun.flowlet.v1.Flowlet.Generate:input_type -> flowrun.flowlet.v1.StepRequest
+	10, // 27: flowrun.flowlet.v1.Flowlet.Tick:input_type -> flowrun.flowlet.v1.StepRequest
+	20, // 28: flowrun.flowlet.v1.Flowlet.Close:input_type -> flowrun.flowlet.v1.CloseRequest
+	3,  // 29: flowrun.flowlet.v1.Flowlet.Steps:input_type -> flowrun.flowlet.v1.StepCall
+	22, // 30: flowrun.flowlet.v1.Host.Get:input_type -> flowrun.flowlet.v1.GetRequest
+	24, // 31: flowrun.flowlet.v1.Host.CounterGet:input_type -> flowrun.flowlet.v1.CounterGetRequest
+	26, // 32: flowrun.flowlet.v1.Host.Scan:input_type -> flowrun.flowlet.v1.ScanRequest
+	29, // 33: flowrun.flowlet.v1.Host.Apply:input_type -> flowrun.flowlet.v1.ApplyRequest
+	5,  // 34: flowrun.flowlet.v1.Flowlet.Describe:output_type -> flowrun.flowlet.v1.TypeInfo
+	7,  // 35: flowrun.flowlet.v1.Flowlet.Init:output_type -> flowrun.flowlet.v1.InitResponse
+	18, // 36: flowrun.flowlet.v1.Flowlet.ProcessBatch:output_type -> flowrun.flowlet.v1.StepResponse
+	18, // 37: flowrun.flowlet.v1.Flowlet.Generate:output_type -> flowrun.flowlet.v1.StepResponse
+	18, // 38: flowrun.flowlet.v1.Flowlet.Tick:output_type -> flowrun.flowlet.v1.StepResponse
+	21, // 39: flowrun.flowlet.v1.Flowlet.Close:output_type -> flowrun.flowlet.v1.CloseResponse
+	18, // 40: flowrun.flowlet.v1.Flowlet.Steps:output_type -> flowrun.flowlet.v1.StepResponse
+	23, // 41: flowrun.flowlet.v1.Host.Get:output_type -> flowrun.flowlet.v1.GetResponse
+	25, // 42: flowrun.flowlet.v1.Host.CounterGet:output_type -> flowrun.flowlet.v1.CounterGetResponse
+	28, // 43: flowrun.flowlet.v1.Host.Scan:output_type -> flowrun.flowlet.v1.ScanResponse
+	30, // 44: flowrun.flowlet.v1.Host.Apply:output_type -> flowrun.flowlet.v1.ApplyResponse
+	34, // [34:45] is the sub-list for method output_type
+	23, // [23:34] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_flowlet_proto_init() }
@@ -2266,8 +2395,8 @@ func file_flowlet_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flowlet_proto_rawDesc), len(file_flowlet_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   27,
+			NumEnums:      3,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -36,6 +36,7 @@ const (
 	Flowlet_Generate_FullMethodName     = "/flowrun.flowlet.v1.Flowlet/Generate"
 	Flowlet_Tick_FullMethodName         = "/flowrun.flowlet.v1.Flowlet/Tick"
 	Flowlet_Close_FullMethodName        = "/flowrun.flowlet.v1.Flowlet/Close"
+	Flowlet_Steps_FullMethodName        = "/flowrun.flowlet.v1.Flowlet/Steps"
 )
 
 // FlowletClient is the client API for Flowlet service.
@@ -59,6 +60,12 @@ type FlowletClient interface {
 	Tick(ctx context.Context, in *StepRequest, opts ...grpc.CallOption) (*StepResponse, error)
 	// Close runs the flowlet's Close; the process exits soon after.
 	Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error)
+	// Steps carries the process's steps over one stream, opened after Init:
+	// the host sends a StepCall, the plugin answers with its StepResponse,
+	// one call at a time (the same semantics as ProcessBatch, Generate and
+	// Tick, without the cost of a new RPC per step). A plugin may leave it
+	// unimplemented: the host then uses the unary calls.
+	Steps(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StepCall, StepResponse], error)
 }
 
 type flowletClient struct {
@@ -129,6 +136,19 @@ func (c *flowletClient) Close(ctx context.Context, in *CloseRequest, opts ...grp
 	return out, nil
 }
 
+func (c *flowletClient) Steps(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StepCall, StepResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Flowlet_ServiceDesc.Streams[0], Flowlet_Steps_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StepCall, StepResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Flowlet_StepsClient = grpc.BidiStreamingClient[StepCall, StepResponse]
+
 // FlowletServer is the server API for Flowlet service.
 // All implementations must embed UnimplementedFlowletServer
 // for forward compatibility.
@@ -150,6 +170,12 @@ type FlowletServer interface {
 	Tick(context.Context, *StepRequest) (*StepResponse, error)
 	// Close runs the flowlet's Close; the process exits soon after.
 	Close(context.Context, *CloseRequest) (*CloseResponse, error)
+	// Steps carries the process's steps over one stream, opened after Init:
+	// the host sends a StepCall, the plugin answers with its StepResponse,
+	// one call at a time (the same semantics as ProcessBatch, Generate and
+	// Tick, without the cost of a new RPC per step). A plugin may leave it
+	// unimplemented: the host then uses the unary calls.
+	Steps(grpc.BidiStreamingServer[StepCall, StepResponse]) error
 	mustEmbedUnimplementedFlowletServer()
 }
 
@@ -177,6 +203,9 @@ func (UnimplementedFlowletServer) Tick(context.Context, *StepRequest) (*StepResp
 }
 func (UnimplementedFlowletServer) Close(context.Context, *CloseRequest) (*CloseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Close not implemented")
+}
+func (UnimplementedFlowletServer) Steps(grpc.BidiStreamingServer[StepCall, StepResponse]) error {
+	return status.Error(codes.Unimplemented, "method Steps not implemented")
 }
 func (UnimplementedFlowletServer) mustEmbedUnimplementedFlowletServer() {}
 func (UnimplementedFlowletServer) testEmbeddedByValue()                 {}
@@ -307,6 +336,13 @@ func _Flowlet_Close_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Flowlet_Steps_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(FlowletServer).Steps(&grpc.GenericServerStream[StepCall, StepResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Flowlet_StepsServer = grpc.BidiStreamingServer[StepCall, StepResponse]
+
 // Flowlet_ServiceDesc is the grpc.ServiceDesc for Flowlet service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -339,7 +375,14 @@ var Flowlet_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Flowlet_Close_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Steps",
+			Handler:       _Flowlet_Steps_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "flowlet.proto",
 }
 
