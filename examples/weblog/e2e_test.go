@@ -172,11 +172,12 @@ func TestE2EKillRestart(t *testing.T) {
 		d := time.Duration(rng.Int64N(int64(killMax)) + 1)
 		timer, ranFor := killTimer(stderr, from, startup, d)
 		// Runs killed while they process also lose both parser plugin
-		// processes, each at a random moment before the app's kill.
+		// processes, each at a random moment of the first half of the run
+		// (so the app mostly restarts them and goes on before its kill).
 		var pk *pluginKiller
 		if i%4 != 0 {
 			pk = killPlugins(cmd.Process.Pid, stderr, from, []time.Duration{
-				time.Duration(rng.Int64N(int64(d)) + 1), time.Duration(rng.Int64N(int64(d)) + 1)})
+				time.Duration(rng.Int64N(int64(d/2)) + 1), time.Duration(rng.Int64N(int64(d/4)) + 1)})
 		}
 		select {
 		case err := <-done:
