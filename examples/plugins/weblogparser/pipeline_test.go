@@ -40,8 +40,10 @@ var (
 )
 
 // registered builds and registers the plugin once per test binary, as
-// "weblog_parser_plugin". (The runtime does not take `plugin:` yet; this is
-// what it will do with pluginhost.Open.)
+// "weblog_parser_plugin", so that the test can reach the instances' processes
+// (their PIDs). An app file says `plugin: ../plugins/weblogparser` instead,
+// and the runtime does the same with pluginhost.Open (examples/weblog/app.yaml,
+// whose e2e test kills the plugin processes from outside).
 func registered(t testing.TB) *pluginType {
 	regOnce.Do(func() {
 		pt := &pluginType{name: "weblog_parser_plugin"}
