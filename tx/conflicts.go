@@ -80,17 +80,26 @@ func (ci *conflictIndex) pruneBelow(bound uint64) {
 	if len(ci.keys) < ci.sweepAt {
 		return
 	}
+	// Copy the survivors into a fresh map rather than delete in place: a Go
+	// map never shrinks, and the deleted slots would slow every later lookup
+	// and sweep.
+	live := make(map[uint64]uint64, ci.sweepAt) // sized for the next cycle: no growth
 	for k, v := range ci.keys {
-		if v&pendingBit == 0 && v < bound {
-			delete(ci.keys, k)
+		if v&pendingBit != 0 || v >= bound {
+			live[k] = v
 		}
 	}
+	ci.keys = live
 	ci.sweepAt = max(minSweep, 2*len(ci.keys))
 }
 
 // reset forgets every key; only when no transaction is in progress.
 func (ci *conflictIndex) reset() {
-	clear(ci.keys)
+	if len(ci.keys) > 4*minSweep {
+		ci.keys = make(map[uint64]uint64) // do not keep a grown table
+	} else {
+		clear(ci.keys)
+	}
 	ci.sweepAt = minSweep
 }
 
