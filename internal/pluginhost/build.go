@@ -42,7 +42,13 @@ func Resolve(path, appDir string) string {
 	if filepath.IsAbs(path) {
 		return filepath.Clean(path)
 	}
-	return filepath.Join(appDir, path)
+	full := filepath.Join(appDir, path)
+	// Absolute, so that exec never searches PATH for a bare name
+	// ("plugin: x.py" next to an app file given as "app.yaml").
+	if abs, err := filepath.Abs(full); err == nil {
+		return abs
+	}
+	return full
 }
 
 // Build builds the Go main package in dir into the cache and returns the

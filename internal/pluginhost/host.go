@@ -94,6 +94,7 @@ type Plugin struct {
 	flowlet string
 	path    string // as written
 	bin     string
+	sockDir string // PLUGIN_UNIX_SOCKET_DIR of its processes
 	opts    Options
 	info    *pb.TypeInfo
 
@@ -127,8 +128,15 @@ func Open(ctx context.Context, flowletName, path, appDir string, opts Options) (
 		}
 		p.bin = full
 	}
+	// The plugins' sockets go to a directory of their own, removed at Close:
+	// a plugin killed with kill -9 cannot leave its socket file in /tmp.
+	if p.sockDir, err = os.MkdirTemp("", "flowrun-plugin-"); err != nil {
+		return nil, &StartError{Flowlet: flowletName, Path: path, Err: err}
+	}
+	p.opts.Env = append(append([]string(nil), p.opts.Env...), "PLUGIN_UNIX_SOCKET_DIR="+p.sockDir)
 	pr, err := p.start(0)
 	if err != nil {
+		os.RemoveAll(p.sockDir)
 		return nil, err
 	}
 	dctx, cancel := context.WithTimeout(ctx, opts.CallTimeout)
@@ -136,10 +144,12 @@ func Open(ctx context.Context, flowletName, path, appDir string, opts Options) (
 	info, err := pr.client.Describe(dctx, &pb.DescribeRequest{})
 	if err != nil {
 		pr.kill()
+		os.RemoveAll(p.sockDir)
 		return nil, &StartError{Flowlet: flowletName, Path: path, Err: fmt.Errorf("describe: %w%s", err, pr.tail())}
 	}
 	if !info.Process && !info.Generate && !info.Tick {
 		pr.kill()
+		os.RemoveAll(p.sockDir)
 		return nil, &StartError{Flowlet: flowletName, Path: path, Err: errors.New("the plugin's flowlet implements none of Process, ProcessBatch, Generate and Tick")}
 	}
 	p.info, p.spare = info, pr
@@ -202,7 +212,7 @@ func (p *Plugin) Close() error {
 	for _, in := range live {
 		in.kill()
 	}
-	return nil
+	return os.RemoveAll(p.sockDir)
 }
 
 func (p *Plugin) takeSpare() *proc {
