@@ -1,13 +1,10 @@
 package cli
 
 import (
-	"encoding/base64"
 	"fmt"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"text/tabwriter"
-	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -137,21 +134,6 @@ func (g *globals) typesCmd() *cobra.Command {
 	return c
 }
 
-// bytesJSON is a payload in JSON: text when it is valid UTF-8, base64 otherwise.
-type bytesJSON struct {
-	Text   *string `json:"text,omitempty"`
-	Base64 *string `json:"base64,omitempty"`
-}
-
-func payloadJSON(b []byte) bytesJSON {
-	if utf8.Valid(b) {
-		s := string(b)
-		return bytesJSON{Text: &s}
-	}
-	s := base64.StdEncoding.EncodeToString(b)
-	return bytesJSON{Base64: &s}
-}
-
 // printable quotes b for text output when it is not plain printable UTF-8.
 func printable(b []byte) string {
 	if utf8.Valid(b) {
@@ -207,31 +189,23 @@ func (g *globals) stateCmd() *cobra.Command {
 	return c
 }
 
-type tableJSON struct {
-	Name    string        `json:"name"`
-	Kind    string        `json:"kind"`
-	Entries []stateKVJSON `json:"entries"`
-}
-
-type stateKVJSON struct {
-	Key   bytesJSON  `json:"key"`
-	Value *bytesJSON `json:"value,omitempty"`
-	Count *int64     `json:"count,omitempty"`
+// openApp resolves an APP argument and opens its store for a read command.
+func (g *globals) openApp(appArg string) (appRef, *runtime.Store, error) {
+	ref, err := resolveApp(appArg)
+	if err != nil {
+		return ref, nil, err
+	}
+	s, err := g.openStore(ref.name)
+	return ref, s, err
 }
 
 func (g *globals) kindOf(s *runtime.Store, app, fl, table string, counters bool) (string, error) {
 	if counters {
 		return "counters", nil
 	}
-	ts, err := s.Tables(app, fl)
+	kind, err := s.TableKind(app, fl, table)
 	if err != nil {
 		return "", err
-	}
-	kind := ""
-	for _, t := range ts {
-		if t.Name == table && (kind == "" || t.Kind == "table") {
-			kind = t.Kind
-		}
 	}
 	if kind == "" {
 		return "", &exitError{ExitFailure, fmt.Errorf("flowlet %q has no table %q with data (see: flowrun state get %s %s)", fl, table, app, fl)}
@@ -240,11 +214,7 @@ func (g *globals) kindOf(s *runtime.Store, app, fl, table string, counters bool)
 }
 
 func (g *globals) stateGet(args []string, counters bool) error {
-	ref, err := resolveApp(args[0])
-	if err != nil {
-		return err
-	}
-	s, err := g.openStore(ref.name)
+	ref, s, err := g.openApp(args[0])
 	if err != nil {
 		return err
 	}
@@ -274,21 +244,11 @@ func (g *globals) stateGet(args []string, counters bool) error {
 	if err != nil {
 		return err
 	}
-	var out stateKVJSON
-	out.Key = payloadJSON([]byte(key))
+	var out runtime.StateEntry
 	found := true
 	err = s.View(ref.name, fl, func(r runtime.StateReader) error {
-		if kind == "counters" {
-			n, err := r.Counters(table).Get([]byte(key))
-			out.Count = &n
-			return err
-		}
-		v, ok, err := r.Table(table).Get([]byte(key))
-		found = ok
-		if ok {
-			pj := payloadJSON(v)
-			out.Value = &pj
-		}
+		var err error
+		out, found, err = runtime.GetStateEntry(r, runtime.TableInfo{Name: table, Kind: kind}, []byte(key))
 		return err
 	})
 	if err != nil {
@@ -308,22 +268,13 @@ func (g *globals) stateGet(args []string, counters bool) error {
 	} else if out.Value.Text != nil {
 		fmt.Fprintln(g.stdout, *out.Value.Text)
 	} else {
-		fmt.Fprintln(g.stdout, strconv.Quote(mustB64(*out.Value.Base64)))
+		fmt.Fprintln(g.stdout, strconv.Quote(string(out.Value.Raw())))
 	}
 	return nil
 }
 
-func mustB64(s string) string {
-	b, _ := base64.StdEncoding.DecodeString(s)
-	return string(b)
-}
-
 func (g *globals) stateScan(appArg, fl, table string, counters bool, prefix string, limit int) error {
-	ref, err := resolveApp(appArg)
-	if err != nil {
-		return err
-	}
-	s, err := g.openStore(ref.name)
+	ref, s, err := g.openApp(appArg)
 	if err != nil {
 		return err
 	}
@@ -340,33 +291,12 @@ func (g *globals) stateScan(appArg, fl, table string, counters bool, prefix stri
 		}
 		tables = []runtime.TableInfo{{Name: table, Kind: kind}}
 	}
-	var out []tableJSON
+	out := []runtime.StateTable{}
 	err = s.View(ref.name, fl, func(r runtime.StateReader) error {
 		for _, t := range tables {
-			tj := tableJSON{Name: t.Name, Kind: t.Kind, Entries: []stateKVJSON{}}
-			opts := flowlet.ScanOptions{Prefix: []byte(prefix), Limit: limit}
-			if t.Kind == "counters" {
-				it := r.Counters(t.Name).Scan(opts)
-				for it.Next() {
-					n := it.Count()
-					tj.Entries = append(tj.Entries, stateKVJSON{Key: payloadJSON(it.Key()), Count: &n})
-				}
-				err := it.Err()
-				it.Close()
-				if err != nil {
-					return err
-				}
-			} else {
-				it := r.Table(t.Name).Scan(opts)
-				for it.Next() {
-					v := payloadJSON(it.Value())
-					tj.Entries = append(tj.Entries, stateKVJSON{Key: payloadJSON(it.Key()), Value: &v})
-				}
-				err := it.Err()
-				it.Close()
-				if err != nil {
-					return err
-				}
+			tj, err := runtime.ScanStateTable(r, t, flowlet.ScanOptions{Prefix: []byte(prefix), Limit: limit})
+			if err != nil {
+				return err
 			}
 			out = append(out, tj)
 		}
@@ -376,9 +306,6 @@ func (g *globals) stateScan(appArg, fl, table string, counters bool, prefix stri
 		return &exitError{ExitFailure, err}
 	}
 	if g.asJSON {
-		if out == nil {
-			out = []tableJSON{}
-		}
 		return g.printJSON(out)
 	}
 	for _, t := range out {
@@ -386,22 +313,15 @@ func (g *globals) stateScan(appArg, fl, table string, counters bool, prefix stri
 			fmt.Fprintf(g.stdout, "# %s (%s)\n", t.Name, t.Kind)
 		}
 		for _, e := range t.Entries {
-			k := printable(jsonBytes(e.Key))
+			k := printable(e.Key.Raw())
 			if e.Count != nil {
 				fmt.Fprintf(g.stdout, "%s\t%d\n", k, *e.Count)
 			} else {
-				fmt.Fprintf(g.stdout, "%s\t%s\n", k, printable(jsonBytes(*e.Value)))
+				fmt.Fprintf(g.stdout, "%s\t%s\n", k, printable(e.Value.Raw()))
 			}
 		}
 	}
 	return nil
-}
-
-func jsonBytes(b bytesJSON) []byte {
-	if b.Text != nil {
-		return []byte(*b.Text)
-	}
-	return []byte(mustB64(*b.Base64))
 }
 
 func (g *globals) queueCmd() *cobra.Command {
@@ -411,40 +331,14 @@ func (g *globals) queueCmd() *cobra.Command {
 		Short: "list queues with depth and per-group lag",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref, err := resolveApp(args[0])
-			if err != nil {
-				return err
-			}
-			s, err := g.openStore(ref.name)
+			_, s, err := g.openApp(args[0])
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			qs, err := s.Queues()
+			out, err := s.QueueList()
 			if err != nil {
 				return &exitError{ExitFailure, err}
-			}
-			type gj struct {
-				Name      string `json:"name"`
-				Strategy  string `json:"strategy"`
-				Instances int    `json:"instances"`
-				Lag       int64  `json:"lag"`
-				Consumed  int64  `json:"consumed"`
-			}
-			type qj struct {
-				Name       string `json:"name"`
-				Partitions int    `json:"partitions"`
-				Events     int64  `json:"events"`
-				Bytes      int64  `json:"bytes"`
-				Groups     []gj   `json:"groups"`
-			}
-			out := []qj{}
-			for _, q := range qs {
-				j := qj{Name: q.Name, Partitions: q.Config.Partitions, Events: q.Events, Bytes: q.Bytes, Groups: []gj{}}
-				for _, gr := range q.Groups {
-					j.Groups = append(j.Groups, gj{gr.Name, string(gr.Strategy), gr.Instances, gr.Lag, gr.Consumed})
-				}
-				out = append(out, j)
 			}
 			if g.asJSON {
 				return g.printJSON(out)
@@ -470,56 +364,30 @@ func (g *globals) queueCmd() *cobra.Command {
 		Short: "show stored entries of a queue (committed, not yet evicted)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref, err := resolveApp(args[0])
+			ref, s, err := g.openApp(args[0])
 			if err != nil {
 				return err
 			}
+			defer s.Close()
 			key := ""
 			if ref.plan != nil {
 				if q := ref.plan.Queue(args[1]); q != nil {
 					key = q.Key
 				}
 			}
-			s, err := g.openStore(ref.name)
+			es, err := s.Tail(args[1], key, n, 0)
 			if err != nil {
-				return err
-			}
-			defer s.Close()
-			var es []runtime.QueueEntry
-			if err := s.Scan(args[1], key, 0, func(e runtime.QueueEntry) bool { es = append(es, e); return true }); err != nil {
 				return &exitError{ExitFailure, err}
 			}
-			// Newest last, by enqueue time then id; keep the last n.
-			sort.SliceStable(es, func(i, j int) bool { return es[i].Enqueued.Before(es[j].Enqueued) })
-			if n > 0 && len(es) > n {
-				es = es[len(es)-n:]
-			}
-			type ej struct {
-				ID        string             `json:"id"`
-				Enqueued  time.Time          `json:"enqueued"`
-				Keys      []flowlet.KeyValue `json:"keys,omitempty"`
-				EventTime *time.Time         `json:"event_time,omitempty"`
-				TraceID   string             `json:"trace_id,omitempty"`
-				Payload   bytesJSON          `json:"payload"`
-			}
 			if g.asJSON {
-				out := []ej{}
-				for _, e := range es {
-					j := ej{ID: e.ID, Enqueued: e.Enqueued, Keys: e.Keys, TraceID: e.TraceID, Payload: payloadJSON(e.Payload)}
-					if !e.EventTime.IsZero() {
-						t := e.EventTime
-						j.EventTime = &t
-					}
-					out = append(out, j)
-				}
-				return g.printJSON(out)
+				return g.printJSON(es)
 			}
 			for _, e := range es {
 				ks := ""
 				for _, kv := range e.Keys {
 					ks += " " + kv.Name + "=" + printable([]byte(kv.Value))
 				}
-				fmt.Fprintf(g.stdout, "%s%s\t%s\n", e.ID, ks, printable(e.Payload))
+				fmt.Fprintf(g.stdout, "%s%s\t%s\n", e.ID, ks, printable(e.Payload.Raw()))
 			}
 			return nil
 		},
@@ -531,19 +399,6 @@ func (g *globals) queueCmd() *cobra.Command {
 	return c
 }
 
-type deadJSON struct {
-	Flowlet   string             `json:"flowlet"`
-	Input     string             `json:"input"`
-	EventID   string             `json:"event_id"`
-	Error     string             `json:"error"`
-	Attempts  int                `json:"attempts"`
-	Time      time.Time          `json:"time"`
-	Keys      []flowlet.KeyValue `json:"keys,omitempty"`
-	EventTime *time.Time         `json:"event_time,omitempty"`
-	TraceID   string             `json:"trace_id,omitempty"`
-	Payload   bytesJSON          `json:"payload"`
-}
-
 func (g *globals) dlqCmd() *cobra.Command {
 	c := &cobra.Command{Use: "dlq", Short: "inspect and replay dead-letter queues (the app must not be running)"}
 	var n int
@@ -552,11 +407,7 @@ func (g *globals) dlqCmd() *cobra.Command {
 		Short: "list dead letters (of every flowlet without FLOWLET)",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref, err := resolveApp(args[0])
-			if err != nil {
-				return err
-			}
-			s, err := g.openStore(ref.name)
+			_, s, err := g.openApp(args[0])
 			if err != nil {
 				return err
 			}
@@ -564,39 +415,19 @@ func (g *globals) dlqCmd() *cobra.Command {
 			var fls []string
 			if len(args) == 2 {
 				fls = []string{args[1]}
-			} else {
-				qs, err := s.Queues()
-				if err != nil {
-					return err
-				}
-				for _, q := range qs {
-					if len(q.Name) > 4 && q.Name[len(q.Name)-4:] == "."+runtime.DLQOutput {
-						fls = append(fls, q.Name[:len(q.Name)-4])
-					}
-				}
+			} else if fls, err = s.DLQFlowlets(); err != nil {
+				return err
 			}
-			out := []deadJSON{}
-			for _, fl := range fls {
-				err := s.DeadLetters(fl, n, func(d runtime.DeadLetter) bool {
-					j := deadJSON{Flowlet: d.Flowlet, Input: d.Input, EventID: d.EventID, Error: d.Error, Attempts: d.Attempts,
-						Time: d.Time, Keys: d.Keys, TraceID: d.TraceID, Payload: payloadJSON(d.Payload)}
-					if !d.EventTime.IsZero() {
-						t := d.EventTime
-						j.EventTime = &t
-					}
-					out = append(out, j)
-					return true
-				})
-				if err != nil {
-					return &exitError{ExitFailure, err}
-				}
+			out, err := s.DeadLetterList(fls, n)
+			if err != nil {
+				return &exitError{ExitFailure, err}
 			}
 			if g.asJSON {
 				return g.printJSON(out)
 			}
 			for _, d := range out {
 				fmt.Fprintf(g.stdout, "%s\t%s\t%s\tattempts=%d\terror=%s\tpayload=%s\n", d.Flowlet, d.Input, d.EventID, d.Attempts,
-					printable([]byte(d.Error)), printable(jsonBytes(d.Payload)))
+					printable([]byte(d.Error)), printable(d.Payload.Raw()))
 			}
 			if len(out) == 0 {
 				fmt.Fprintln(g.stderr, "no dead letters")

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/runtime"
@@ -22,32 +21,10 @@ import (
 
 // Bytes is a key, value or payload in JSON: {"text": "..."} when it is
 // valid UTF-8, {"base64": "..."} otherwise (as in the CLI's JSON).
-type Bytes struct {
-	Text   *string `json:"text,omitempty"`
-	Base64 *string `json:"base64,omitempty"`
-}
+type Bytes = runtime.Bytes
 
 // NewBytes encodes b.
-func NewBytes(b []byte) Bytes {
-	if utf8.Valid(b) {
-		s := string(b)
-		return Bytes{Text: &s}
-	}
-	s := base64.StdEncoding.EncodeToString(b)
-	return Bytes{Base64: &s}
-}
-
-// Raw decodes b.
-func (b Bytes) Raw() []byte {
-	if b.Text != nil {
-		return []byte(*b.Text)
-	}
-	if b.Base64 != nil {
-		r, _ := base64.StdEncoding.DecodeString(*b.Base64)
-		return r
-	}
-	return nil
-}
+func NewBytes(b []byte) Bytes { return runtime.NewBytes(b) }
 
 // ReadyJSON is the body of /ready.
 type ReadyJSON struct {
@@ -155,18 +132,10 @@ func (s *Server) tables(w http.ResponseWriter, r *http.Request) {
 }
 
 // StateEntry is one key of a table (Value) or counter table (Count).
-type StateEntry struct {
-	Key   Bytes  `json:"key"`
-	Value *Bytes `json:"value,omitempty"`
-	Count *int64 `json:"count,omitempty"`
-}
+type StateEntry = runtime.StateEntry
 
 // StateTable is a scan of one table.
-type StateTable struct {
-	Name    string       `json:"name"`
-	Kind    string       `json:"kind"`
-	Entries []StateEntry `json:"entries"`
-}
+type StateTable = runtime.StateTable
 
 // state: with key (or key_base64) one entry, 404 when a table has no such
 // key; otherwise a scan (prefix, limit).
@@ -178,15 +147,10 @@ func (s *Server) state(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	kind := q.Get("kind")
 	if kind == "" {
-		ts, err := s.a.Inspect().Tables(s.a.Plan().App, fl)
-		if err != nil {
+		var err error
+		if kind, err = s.a.Inspect().TableKind(s.a.Plan().App, fl, table); err != nil {
 			fail(w, err)
 			return
-		}
-		for _, t := range ts {
-			if t.Name == table && (kind == "" || t.Kind == "table") {
-				kind = t.Kind
-			}
 		}
 		if kind == "" {
 			fail(w, fmt.Errorf("%w: flowlet %q has no table %q with data (pass kind=table or kind=counters to read an empty one)", errNotFound, fl, table))
@@ -212,43 +176,21 @@ func (s *Server) state(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
+	t := runtime.TableInfo{Name: table, Kind: kind}
 	out := StateTable{Name: table, Kind: kind, Entries: []StateEntry{}}
 	found := true
 	err = s.a.View(fl, func(st runtime.StateReader) error {
 		if hasKey {
-			e := StateEntry{Key: NewBytes(key)}
-			if kind == "counters" {
-				n, err := st.Counters(table).Get(key)
-				e.Count = &n
-				out.Entries = append(out.Entries, e)
-				return err
-			}
-			v, ok, err := st.Table(table).Get(key)
+			e, ok, err := runtime.GetStateEntry(st, t, key)
 			if ok {
-				b := NewBytes(v)
-				e.Value = &b
 				out.Entries = append(out.Entries, e)
 			}
 			found = ok
 			return err
 		}
-		opts := flowlet.ScanOptions{Prefix: prefix, Limit: limit}
-		if kind == "counters" {
-			it := st.Counters(table).Scan(opts)
-			defer it.Close()
-			for it.Next() {
-				n := it.Count()
-				out.Entries = append(out.Entries, StateEntry{Key: NewBytes(it.Key()), Count: &n})
-			}
-			return it.Err()
-		}
-		it := st.Table(table).Scan(opts)
-		defer it.Close()
-		for it.Next() {
-			v := NewBytes(it.Value())
-			out.Entries = append(out.Entries, StateEntry{Key: NewBytes(it.Key()), Value: &v})
-		}
-		return it.Err()
+		var err error
+		out, err = runtime.ScanStateTable(st, t, flowlet.ScanOptions{Prefix: prefix, Limit: limit})
+		return err
 	})
 	if err != nil {
 		fail(w, err)
@@ -287,49 +229,22 @@ func intParam(v string, def int) (int, error) {
 }
 
 // QueueJSON is one queue in GET /api/v1/queues (as `flowrun queue ls --json`).
-type QueueJSON struct {
-	Name       string      `json:"name"`
-	Partitions int         `json:"partitions"`
-	Events     int64       `json:"events"`
-	Bytes      int64       `json:"bytes"`
-	Groups     []GroupJSON `json:"groups"`
-}
+type QueueJSON = runtime.QueueJSON
 
 // GroupJSON is one consumer group of a queue.
-type GroupJSON struct {
-	Name      string `json:"name"`
-	Strategy  string `json:"strategy"`
-	Instances int    `json:"instances"`
-	Lag       int64  `json:"lag"`
-	Consumed  int64  `json:"consumed"`
-}
+type GroupJSON = runtime.GroupJSON
 
 func (s *Server) queues(w http.ResponseWriter, r *http.Request) {
-	qs, err := s.a.Inspect().Queues()
+	out, err := s.a.Inspect().QueueList()
 	if err != nil {
 		fail(w, err)
 		return
-	}
-	out := []QueueJSON{}
-	for _, q := range qs {
-		j := QueueJSON{Name: q.Name, Partitions: q.Config.Partitions, Events: q.Events, Bytes: q.Bytes, Groups: []GroupJSON{}}
-		for _, g := range q.Groups {
-			j.Groups = append(j.Groups, GroupJSON{g.Name, string(g.Strategy), g.Instances, g.Lag, g.Consumed})
-		}
-		out = append(out, j)
 	}
 	writeJSON(w, 200, out)
 }
 
 // EntryJSON is one stored queue entry (as `flowrun queue tail --json`).
-type EntryJSON struct {
-	ID        string             `json:"id"`
-	Enqueued  time.Time          `json:"enqueued"`
-	Keys      []flowlet.KeyValue `json:"keys,omitempty"`
-	EventTime *time.Time         `json:"event_time,omitempty"`
-	TraceID   string             `json:"trace_id,omitempty"`
-	Payload   Bytes              `json:"payload"`
-}
+type EntryJSON = runtime.EntryJSON
 
 // maxTailScan bounds the entries a tail reads (it keeps the newest n).
 const maxTailScan = 200000
@@ -345,45 +260,16 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 	if q := s.a.Plan().Queue(qn); q != nil {
 		key = q.Key
 	}
-	var es []runtime.QueueEntry
-	err = s.a.Inspect().Scan(qn, key, maxTailScan, func(e runtime.QueueEntry) bool {
-		e.Payload = append([]byte(nil), e.Payload...)
-		es = append(es, e)
-		return true
-	})
+	out, err := s.a.Inspect().Tail(qn, key, n, maxTailScan)
 	if err != nil {
 		fail(w, err)
 		return
-	}
-	sort.SliceStable(es, func(i, j int) bool { return es[i].Enqueued.Before(es[j].Enqueued) })
-	if n > 0 && len(es) > n {
-		es = es[len(es)-n:]
-	}
-	out := []EntryJSON{}
-	for _, e := range es {
-		j := EntryJSON{ID: e.ID, Enqueued: e.Enqueued, Keys: e.Keys, TraceID: e.TraceID, Payload: NewBytes(e.Payload)}
-		if !e.EventTime.IsZero() {
-			t := e.EventTime
-			j.EventTime = &t
-		}
-		out = append(out, j)
 	}
 	writeJSON(w, 200, out)
 }
 
 // DeadLetterJSON is one dead letter (as `flowrun dlq ls --json`).
-type DeadLetterJSON struct {
-	Flowlet   string             `json:"flowlet"`
-	Input     string             `json:"input"`
-	EventID   string             `json:"event_id"`
-	Error     string             `json:"error"`
-	Attempts  int                `json:"attempts"`
-	Time      time.Time          `json:"time"`
-	Keys      []flowlet.KeyValue `json:"keys,omitempty"`
-	EventTime *time.Time         `json:"event_time,omitempty"`
-	TraceID   string             `json:"trace_id,omitempty"`
-	Payload   Bytes              `json:"payload"`
-}
+type DeadLetterJSON = runtime.DeadLetterJSON
 
 func (s *Server) dlq(w http.ResponseWriter, r *http.Request) {
 	limit, err := intParam(r.URL.Query().Get("limit"), 100)
@@ -402,23 +288,10 @@ func (s *Server) dlq(w http.ResponseWriter, r *http.Request) {
 			fls = append(fls, f.Name)
 		}
 	}
-	out := []DeadLetterJSON{}
-	st := s.a.Inspect()
-	for _, fl := range fls {
-		err := st.DeadLetters(fl, limit, func(d runtime.DeadLetter) bool {
-			j := DeadLetterJSON{Flowlet: d.Flowlet, Input: d.Input, EventID: d.EventID, Error: d.Error, Attempts: d.Attempts,
-				Time: d.Time, Keys: d.Keys, TraceID: d.TraceID, Payload: NewBytes(d.Payload)}
-			if !d.EventTime.IsZero() {
-				t := d.EventTime
-				j.EventTime = &t
-			}
-			out = append(out, j)
-			return true
-		})
-		if err != nil {
-			fail(w, err)
-			return
-		}
+	out, err := s.a.Inspect().DeadLetterList(fls, limit)
+	if err != nil {
+		fail(w, err)
+		return
 	}
 	writeJSON(w, 200, out)
 }

@@ -1,0 +1,223 @@
+package runtime
+
+import (
+	"encoding/base64"
+	"sort"
+	"time"
+	"unicode/utf8"
+
+	"github.com/flowrun/flowrun/flowlet"
+)
+
+// The JSON-ready views of a store that the CLI's read commands (`--json`)
+// and the HTTP API both return, so that the two give the same documents
+// (specs/cli.md, specs/http.md).
+
+// Bytes is a key, value or payload in JSON: {"text": "..."} when it is valid
+// UTF-8, {"base64": "..."} otherwise.
+type Bytes struct {
+	Text   *string `json:"text,omitempty"`
+	Base64 *string `json:"base64,omitempty"`
+}
+
+// NewBytes encodes b.
+func NewBytes(b []byte) Bytes {
+	if utf8.Valid(b) {
+		s := string(b)
+		return Bytes{Text: &s}
+	}
+	s := base64.StdEncoding.EncodeToString(b)
+	return Bytes{Base64: &s}
+}
+
+// Raw decodes b.
+func (b Bytes) Raw() []byte {
+	if b.Text != nil {
+		return []byte(*b.Text)
+	}
+	if b.Base64 != nil {
+		r, _ := base64.StdEncoding.DecodeString(*b.Base64)
+		return r
+	}
+	return nil
+}
+
+// StateEntry is one key of a table (Value) or counter table (Count).
+type StateEntry struct {
+	Key   Bytes  `json:"key"`
+	Value *Bytes `json:"value,omitempty"`
+	Count *int64 `json:"count,omitempty"`
+}
+
+// StateTable is a scan of one table.
+type StateTable struct {
+	Name    string       `json:"name"`
+	Kind    string       `json:"kind"`
+	Entries []StateEntry `json:"entries"`
+}
+
+// TableKind is the kind ("table" or "counters") of a flowlet's table as its
+// stored data says, "table" when it holds both; "" when it holds no data.
+func (s *Store) TableKind(app, flowletName, table string) (string, error) {
+	ts, err := s.Tables(app, flowletName)
+	if err != nil {
+		return "", err
+	}
+	kind := ""
+	for _, t := range ts {
+		if t.Name == table && (kind == "" || t.Kind == "table") {
+			kind = t.Kind
+		}
+	}
+	return kind, nil
+}
+
+// GetStateEntry reads one key of table t; found is false when a
+// key-value table has no such key (a counter reads 0).
+func GetStateEntry(r StateReader, t TableInfo, key []byte) (e StateEntry, found bool, err error) {
+	e.Key = NewBytes(key)
+	if t.Kind == "counters" {
+		n, err := r.Counters(t.Name).Get(key)
+		e.Count = &n
+		return e, true, err
+	}
+	v, ok, err := r.Table(t.Name).Get(key)
+	if ok {
+		b := NewBytes(v)
+		e.Value = &b
+	}
+	return e, ok, err
+}
+
+// ScanStateTable reads the keys of table t that opts selects.
+func ScanStateTable(r StateReader, t TableInfo, opts flowlet.ScanOptions) (StateTable, error) {
+	out := StateTable{Name: t.Name, Kind: t.Kind, Entries: []StateEntry{}}
+	if t.Kind == "counters" {
+		it := r.Counters(t.Name).Scan(opts)
+		defer it.Close()
+		for it.Next() {
+			n := it.Count()
+			out.Entries = append(out.Entries, StateEntry{Key: NewBytes(it.Key()), Count: &n})
+		}
+		return out, it.Err()
+	}
+	it := r.Table(t.Name).Scan(opts)
+	defer it.Close()
+	for it.Next() {
+		v := NewBytes(it.Value())
+		out.Entries = append(out.Entries, StateEntry{Key: NewBytes(it.Key()), Value: &v})
+	}
+	return out, it.Err()
+}
+
+// QueueJSON is one queue with its depth and consumer groups.
+type QueueJSON struct {
+	Name       string      `json:"name"`
+	Partitions int         `json:"partitions"`
+	Events     int64       `json:"events"`
+	Bytes      int64       `json:"bytes"`
+	Groups     []GroupJSON `json:"groups"`
+}
+
+// GroupJSON is one consumer group of a queue.
+type GroupJSON struct {
+	Name      string `json:"name"`
+	Strategy  string `json:"strategy"`
+	Instances int    `json:"instances"`
+	Lag       int64  `json:"lag"`
+	Consumed  int64  `json:"consumed"`
+}
+
+// QueueList describes every queue (Queues, as JSON).
+func (s *Store) QueueList() ([]QueueJSON, error) {
+	qs, err := s.Queues()
+	if err != nil {
+		return nil, err
+	}
+	out := []QueueJSON{}
+	for _, q := range qs {
+		j := QueueJSON{Name: q.Name, Partitions: q.Config.Partitions, Events: q.Events, Bytes: q.Bytes, Groups: []GroupJSON{}}
+		for _, g := range q.Groups {
+			j.Groups = append(j.Groups, GroupJSON{g.Name, string(g.Strategy), g.Instances, g.Lag, g.Consumed})
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// EntryJSON is one stored queue entry.
+type EntryJSON struct {
+	ID        string             `json:"id"`
+	Enqueued  time.Time          `json:"enqueued"`
+	Keys      []flowlet.KeyValue `json:"keys,omitempty"`
+	EventTime *time.Time         `json:"event_time,omitempty"`
+	TraceID   string             `json:"trace_id,omitempty"`
+	Payload   Bytes              `json:"payload"`
+}
+
+// Tail returns the newest n (0 = all) stored entries of a queue, oldest
+// first, by enqueue time. It reads up to maxScan entries (0 = all), in
+// partition order (see Scan); keyName names the queue's partition key.
+func (s *Store) Tail(queueName, keyName string, n, maxScan int) ([]EntryJSON, error) {
+	var es []QueueEntry
+	err := s.Scan(queueName, keyName, maxScan, func(e QueueEntry) bool {
+		e.Payload = append([]byte(nil), e.Payload...)
+		es = append(es, e)
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(es, func(i, j int) bool { return es[i].Enqueued.Before(es[j].Enqueued) })
+	if n > 0 && len(es) > n {
+		es = es[len(es)-n:]
+	}
+	out := []EntryJSON{}
+	for _, e := range es {
+		j := EntryJSON{ID: e.ID, Enqueued: e.Enqueued, Keys: e.Keys, TraceID: e.TraceID, Payload: NewBytes(e.Payload)}
+		if !e.EventTime.IsZero() {
+			t := e.EventTime
+			j.EventTime = &t
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// DeadLetterJSON is one dead letter with its payload as Bytes (the embedded
+// DeadLetter's Payload is not part of the JSON).
+type DeadLetterJSON struct {
+	DeadLetter
+	Payload Bytes `json:"payload"`
+}
+
+// DeadLetterList returns up to limit (0 = all) dead letters of each of the
+// flowlets, in that order.
+func (s *Store) DeadLetterList(flowlets []string, limit int) ([]DeadLetterJSON, error) {
+	out := []DeadLetterJSON{}
+	for _, fl := range flowlets {
+		err := s.DeadLetters(fl, limit, func(d DeadLetter) bool {
+			out = append(out, DeadLetterJSON{DeadLetter: d, Payload: NewBytes(d.Payload)})
+			return true
+		})
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// DLQFlowlets names the flowlets that have a dead-letter queue in the store.
+func (s *Store) DLQFlowlets() ([]string, error) {
+	qs, err := s.Queues()
+	if err != nil {
+		return nil, err
+	}
+	var fls []string
+	for _, q := range qs {
+		if isDLQ(q.Name) {
+			fls = append(fls, flowletOfQueue(q.Name))
+		}
+	}
+	return fls, nil
+}
