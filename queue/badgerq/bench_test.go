@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -443,4 +445,208 @@ func currentRSS() (rss, anon int64) {
 		}
 	}
 	return rss, anon
+}
+
+// BenchmarkSteadyRSS is the memory of a queue in steady use, the weblog
+// pattern: a producer and a consumer run together, so the backlog stays
+// small while the data written grows (to steadyBytes, BADGERQ_STEADY_MIB).
+// Memory must follow the backlog, not the total written. It samples RssAnon,
+// RssFile (the memory-mapped value-log and table files) and the Go heap
+// every 250 ms and reports them at a quarter, half and all of the data
+// written, and the peaks. Rows: 100 B events in batches of 500 (packed values
+// of 50 KB: value log) and of 5 (500 B values: kept in the LSM; an eighth of
+// the bytes, this row is bound by transactions/s). Run alone
+// (-v prints every sample):
+//
+//	go test ./queue/badgerq -run '^$' -bench SteadyRSS -benchtime 1x
+func BenchmarkSteadyRSS(b *testing.B) {
+	for _, batch := range []int{500, 5} {
+		total := steadyBytes
+		if batch < 100 {
+			total /= 8 // bound by transactions/s, not bytes
+		}
+		b.Run(fmt.Sprintf("size=100/batch=%d", batch), func(b *testing.B) { benchSteady(b, 100, batch, total) })
+	}
+}
+
+var steadyBytes int64 = 1 << 30
+
+func init() {
+	if v, err := strconv.ParseInt(os.Getenv("BADGERQ_STEADY_MIB"), 10, 64); err == nil {
+		steadyBytes = v << 20
+	}
+}
+
+type steadySample struct {
+	at                    time.Duration
+	written               int64
+	anon, file, heap, dsk int64
+}
+
+func benchSteady(b *testing.B, size, batch int, steadyBytes int64) {
+	runtime.GC()
+	dir := b.TempDir()
+	db, err := OpenDB(dir, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bl, _ := tx.NewBadgerLog(db, tx.BadgerLogOptions{})
+	coord, err := tx.Open(tx.Options{Log: bl})
+	if err != nil {
+		b.Fatal(err)
+	}
+	be, err := Open(db, Options{Coordinator: coord, FastPath: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		be.Close()
+		coord.Close()
+		db.Close()
+	}()
+	qs := queue.New(be)
+	if err := qs.CreateQueue("q", queue.Config{}); err != nil {
+		b.Fatal(err)
+	}
+	if err := qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.RoundRobin, Instances: 1}); err != nil {
+		b.Fatal(err)
+	}
+	p, err := qs.Producer("q")
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := qs.Consumer("q", "g", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var written, consumed atomic.Int64
+	var samples []steadySample
+	began := time.Now()
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		var ms runtime.MemStats
+		for {
+			anon, file := currentRSSParts()
+			runtime.ReadMemStats(&ms)
+			samples = append(samples, steadySample{at: time.Since(began), written: written.Load(), anon: anon, file: file, heap: int64(ms.HeapInuse), dsk: dirBytes(dir)})
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	// The consumer keeps the backlog small; the producer waits when it is
+	// more than maxLead bytes ahead.
+	const maxLead = 32 << 20
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx := coord.NewContext(c)
+		for consumed.Load() < steadyBytes {
+			if _, err := ctx.Start(10 * time.Second); err != nil {
+				b.Error(err)
+				return
+			}
+			got, err := c.Dequeue(4096)
+			if err != nil || len(got) == 0 {
+				if err := ctx.Abort(err); err != nil {
+					b.Error(err)
+					return
+				}
+				time.Sleep(200 * time.Microsecond)
+				continue
+			}
+			if err := ctx.Finish(); err != nil {
+				b.Error(err)
+				return
+			}
+			consumed.Add(int64(len(got) * size))
+		}
+	}()
+	ctx := coord.NewContext(p)
+	payload := make([]byte, size)
+	for written.Load() < steadyBytes {
+		if written.Load()-consumed.Load() > maxLead {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if _, err := ctx.Start(10 * time.Second); err != nil {
+			b.Fatal(err)
+		}
+		for range batch {
+			if err := p.Enqueue(context.Background(), queue.Event{Payload: payload}); err != nil {
+				b.Fatal(ctx.Abort(err))
+			}
+		}
+		if err := ctx.Finish(); err != nil {
+			b.Fatal(err)
+		}
+		written.Add(int64(batch * size))
+	}
+	<-done
+	elapsed := time.Since(began)
+	close(stop)
+	<-sampled
+	if f := os.Getenv("BADGERQ_STEADY_HEAPPROFILE"); f != "" {
+		// The live heap at the end, before the DB closes.
+		runtime.GC()
+		if w, err := os.Create(f); err == nil {
+			_ = pprof.WriteHeapProfile(w)
+			w.Close()
+		}
+	}
+	at := func(frac float64) steadySample {
+		for _, s := range samples {
+			if float64(s.written) >= frac*float64(steadyBytes) {
+				return s
+			}
+		}
+		return samples[len(samples)-1]
+	}
+	var peak steadySample
+	for _, s := range samples {
+		peak.anon, peak.file, peak.heap, peak.dsk = max(peak.anon, s.anon), max(peak.file, s.file), max(peak.heap, s.heap), max(peak.dsk, s.dsk)
+	}
+	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+	b.ReportMetric(float64(steadyBytes)/(1<<30), "written_GiB")
+	b.ReportMetric(float64(steadyBytes)/elapsed.Seconds()/1e6, "MB/s")
+	for _, f := range []float64{0.25, 0.5, 1} {
+		s := at(f)
+		b.ReportMetric(mib(s.anon), fmt.Sprintf("anon_%.0f%%_MiB", f*100))
+		b.ReportMetric(mib(s.file), fmt.Sprintf("file_%.0f%%_MiB", f*100))
+	}
+	b.ReportMetric(mib(peak.anon), "anon_max_MiB")
+	b.ReportMetric(mib(peak.file), "file_max_MiB")
+	b.ReportMetric(mib(peak.heap), "heap_max_MiB")
+	b.ReportMetric(mib(peak.dsk), "disk_max_MiB")
+	if testing.Verbose() {
+		for _, s := range samples {
+			b.Logf("%6.1fs written %6.0f MiB anon %5.0f file %5.0f heap %5.0f disk %5.0f MiB", s.at.Seconds(), mib(s.written), mib(s.anon), mib(s.file), mib(s.heap), mib(s.dsk))
+		}
+	}
+}
+
+// currentRSSParts is RssAnon and RssFile from /proc/self/status, in bytes.
+func currentRSSParts() (anon, file int64) {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		for _, f := range []struct {
+			name string
+			dst  *int64
+		}{{"RssAnon:", &anon}, {"RssFile:", &file}} {
+			if rest, ok := strings.CutPrefix(line, f.name); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+				*f.dst = kb << 10
+			}
+		}
+	}
+	return anon, file
 }

@@ -47,17 +47,22 @@ func TunedOptions(dir string, durable bool) badger.Options {
 		WithSyncWrites(false).
 		WithLogger(nil).
 		WithValueThreshold(1 << 10).
-		WithMemTableSize(16 << 20).
+		WithMemTableSize(8 << 20).
 		WithNumMemtables(3).
 		WithNumLevelZeroTables(3).
 		WithNumLevelZeroTablesStall(8).
-		WithBaseTableSize(8 << 20).
-		WithBlockCacheSize(16 << 20).
-		WithIndexCacheSize(16 << 20).
-		WithValueLogFileSize(64 << 20).
+		WithBaseTableSize(2 << 20).
+		WithBlockCacheSize(8 << 20).
+		WithIndexCacheSize(8 << 20).
+		WithValueLogFileSize(16 << 20).
 		WithNumCompactors(2).
 		WithCompression(options.None).
 		WithDetectConflicts(false)
+	// Every level's tables are BaseTableSize (Badger doubles them per level
+	// by default): a table builder holds its whole table in memory and
+	// Badger pools up to 8 builders' buffers, so with doubling the memory
+	// grew with the depth of the LSM, i.e. with the data ever written.
+	o.TableSizeMultiplier = 1
 	return o
 }
 
