@@ -59,6 +59,23 @@ type ConsumerDriver interface {
 	Dequeue(max int) ([]Entry, error)
 }
 
+// Notifier is implemented by consumers (a ConsumerDriver, and so the
+// Consumer that Queues returns for it) that can say when to look again
+// instead of being polled.
+//
+// Ready returns a channel that is closed when entries may have become
+// visible to the consumer's next transaction: at the latest once a producer
+// transaction that wrote to the queue has committed (Finish returned), and
+// also when the consumer may get an error instead (queue or group removed,
+// backend closed). Take the channel before the Dequeue whose empty result
+// makes you wait: a commit in between has closed it already, so no wake-up
+// is lost. Wake-ups may be spurious (another instance's partition, another
+// group's consumer took the entries): dequeue again and wait on a new
+// channel.
+type Notifier interface {
+	Ready() <-chan struct{}
+}
+
 // QueueInfo describes a queue at one moment.
 type QueueInfo struct {
 	Name   string

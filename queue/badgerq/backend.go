@@ -39,7 +39,7 @@ type Options struct {
 	// ReclaimBytes: once this many payload bytes were evicted, truncated or
 	// deleted since the last reclaim, background eviction runs one
 	// (reclaim.go: flush memtables, compact the LSM, value-log GC). Default
-	// 128 MiB; negative disables it (Maintain still reclaims).
+	// 64 MiB; negative disables it (Maintain still reclaims).
 	ReclaimBytes int64
 	// ChunkBytes caps one packed value (default 256 KiB). Larger runs of one
 	// transaction, partition and priority are split into chunks.
@@ -76,7 +76,7 @@ func (o *Options) withDefaults() {
 		o.GCDiscardRatio = 0.5
 	}
 	if o.ReclaimBytes == 0 {
-		o.ReclaimBytes = 128 << 20
+		o.ReclaimBytes = 64 << 20
 	}
 	if o.ChunkBytes <= 0 {
 		o.ChunkBytes = 256 << 10
@@ -143,6 +143,31 @@ type queueRT struct {
 	space               chan struct{} // closed when depth shrinks
 	rr                  atomic.Uint32 // producers' rotating start partition
 	index               []partIndex   // one per partition, see index.go
+
+	readyMu sync.Mutex
+	readyCh chan struct{} // closed by notify; nil while nobody waits
+}
+
+// ready returns a channel closed at the next notify (see consumer.Ready).
+func (q *queueRT) ready() <-chan struct{} {
+	q.readyMu.Lock()
+	defer q.readyMu.Unlock()
+	if q.readyCh == nil {
+		q.readyCh = make(chan struct{})
+	}
+	return q.readyCh
+}
+
+// notify wakes every consumer waiting on ready: called after a producer's
+// commit returned (so a transaction started after the wake-up sees it), and
+// after whatever else can give a waiting consumer something to read.
+func (q *queueRT) notify() {
+	q.readyMu.Lock()
+	if q.readyCh != nil {
+		close(q.readyCh)
+		q.readyCh = nil
+	}
+	q.readyMu.Unlock()
 }
 
 type groupRT struct {
@@ -407,6 +432,7 @@ func (b *Backend) DeleteQueue(name string) error {
 	}
 	_, _, err = b.deletePrefix(stateQueuePrefix(q.id))
 	q.signalSpace()
+	q.notify() // waiting consumers find the queue gone
 	return err
 }
 
@@ -501,6 +527,7 @@ func (b *Backend) RemoveGroup(name, group string) error {
 	q.meta = m
 	delete(q.groups, group)
 	q.mu.Unlock()
+	q.notify() // its waiting consumers find the group gone
 	_, _, err = b.deletePrefix(stateGroupPrefix(q.id, g.meta.ID))
 	b.Kick()
 	return err
@@ -533,6 +560,7 @@ func (b *Backend) Rescale(name, group string, instances int) error {
 	}
 	q.meta = m
 	g.meta.Instances = instances
+	q.notify() // partitions changed owners
 	return nil
 }
 
@@ -602,6 +630,9 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	close(b.stop)
 	b.wg.Wait()
+	for _, q := range b.queueList() {
+		q.notify() // waiting consumers find the backend closed
+	}
 	if b.pruner != nil {
 		b.pruner.Unregister()
 	}

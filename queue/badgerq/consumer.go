@@ -43,6 +43,11 @@ type consumer struct {
 
 	idx   []levelMax // scratch for readPartition
 	prios []uint8
+
+	// full: a Dequeue of the current transaction stopped at max, so its
+	// partitions may hold more; releasing them wakes waiting consumers (a
+	// FIFO peer, or the new owner after a rescale, may take them).
+	full bool
 }
 
 // work is a partition leased by the current transaction.
@@ -55,7 +60,20 @@ type work struct {
 	expired   uint64
 }
 
-var _ tx.Stager = (*consumer)(nil)
+var (
+	_ tx.Stager      = (*consumer)(nil)
+	_ queue.Notifier = (*consumer)(nil)
+)
+
+// Ready implements queue.Notifier: the channel is closed when a producer
+// transaction that wrote to the queue has committed (after its commit
+// returned, so a transaction started after the wake-up sees the entries), or
+// when something else may give this consumer entries or an error: another
+// consumer released partitions it left unread, a rescale, a truncate, the
+// group or queue removed, the backend closed. Wake-ups are in-process and
+// per queue (a consumer may wake to find the new entries in another
+// instance's partitions).
+func (c *consumer) Ready() <-chan struct{} { return c.q.ready() }
 
 // Consumer implements queue.Backend.
 func (b *Backend) Consumer(name, group string, instance int) (queue.ConsumerDriver, error) {
@@ -76,7 +94,7 @@ func (b *Backend) Consumer(name, group string, instance int) (queue.ConsumerDriv
 }
 
 func (c *consumer) StartTx(t *tx.Tx) error {
-	c.releaseAll()
+	c.releaseAll(false)
 	c.t = t
 	return nil
 }
@@ -182,6 +200,9 @@ func (c *consumer) Dequeue(max int) ([]queue.Entry, error) {
 			delete(c.work, p)
 			c.q.mu.Unlock()
 		}
+	}
+	if len(out) >= max {
+		c.full = true
 	}
 	return out, nil
 }
@@ -431,7 +452,7 @@ func (c *consumer) PostCommit() {
 	}
 	q.mu.Unlock()
 	c.persisted = false
-	c.releaseAll()
+	c.releaseAll(false)
 	c.t = nil
 }
 
@@ -466,12 +487,17 @@ func (c *consumer) Rollback() error {
 		}
 		c.persisted = false
 	}
-	c.releaseAll()
+	c.releaseAll(true)
 	c.t = nil
 	return err
 }
 
-func (c *consumer) releaseAll() {
+// releaseAll gives the leased partitions back. When the transaction left
+// entries behind in them (a Dequeue stopped at max, or, with rolledBack,
+// delivered entries go back), waiting consumers are woken.
+func (c *consumer) releaseAll(rolledBack bool) {
+	wake := c.full
+	c.full = false
 	if len(c.work) == 0 {
 		return
 	}
@@ -480,7 +506,13 @@ func (c *consumer) releaseAll() {
 		if w.slot.owner == c {
 			w.slot.owner = nil
 		}
+		if rolledBack && w.delivered > 0 {
+			wake = true
+		}
 		delete(c.work, p)
 	}
 	c.q.mu.Unlock()
+	if wake {
+		c.q.notify()
+	}
 }

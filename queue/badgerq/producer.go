@@ -149,8 +149,13 @@ func (p *producer) PostCommit() {
 	q.events.Add(p.events)
 	q.bytes.Add(p.bytes)
 	q.release(p.events, p.bytes, false)
+	wrote := len(p.bufs) > 0
 	p.events, p.bytes = 0, 0
 	p.reset()
+	if wrote {
+		// The commit is visible now: wake consumers waiting on Ready.
+		q.notify()
+	}
 }
 
 func (p *producer) Rollback() error {
