@@ -80,11 +80,16 @@ type reader struct {
 	err error
 }
 
-func (r *reader) uvarint() uint64 {
+func (r *reader) uvarint() uint64 { return readVarint(r, binary.Uvarint) }
+
+func (r *reader) varint() int64 { return readVarint(r, binary.Varint) }
+
+// readVarint reads one number with decode (binary.Uvarint or binary.Varint).
+func readVarint[T uint64 | int64](r *reader, decode func([]byte) (T, int)) T {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(r.b)
+	v, n := decode(r.b)
 	if n <= 0 {
 		r.err = errBadEnvelope
 		return 0
@@ -189,17 +194,4 @@ func decodeDeadLetter(flowletName string, b []byte) (DeadLetter, error) {
 	}
 	d.Payload = append([]byte(nil), r.b...)
 	return d, nil
-}
-
-func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = errBadEnvelope
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
 }
