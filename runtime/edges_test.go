@@ -194,12 +194,7 @@ connections:
 		t.Fatalf("dead letters: %+v", dl)
 	}
 	p := plan(t, dir, yaml)
-	s, err := runtime.OpenStore(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, k, err := s.ReplayDeadLetters("c", map[string]string{"gen.out": "k"})
-	s.Close()
+	r, k, err := replayDeadLetters(t, data, "c", map[string]string{"gen.out": "k"})
 	if err != nil || r != 1 || k != 0 {
 		t.Fatalf("replay: %d %d %v", r, k, err)
 	}

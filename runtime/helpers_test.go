@@ -163,6 +163,18 @@ func deadLetters(t testing.TB, dir, fl string) []runtime.DeadLetter {
 	return out
 }
 
+// replayDeadLetters replays fl's dead letters in the store in dir (the app
+// must not be running).
+func replayDeadLetters(t testing.TB, dir, fl string, inputs map[string]string) (replayed, kept int, err error) {
+	t.Helper()
+	s, err := runtime.OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	return s.ReplayDeadLetters(fl, inputs)
+}
+
 var flowletScanAll = flowlet.ScanOptions{}
 
 func contextWithCancel() (context.Context, context.CancelFunc) {

@@ -115,12 +115,7 @@ connections:
 		t.Errorf("e99's batch ran %d times (%v), want 2: a failure and a whole retry", len(sizes), sizes)
 	}
 
-	s, err := runtime.OpenStore(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, k, err := s.ReplayDeadLetters("c", map[string]string{"gen.out": "k"})
-	s.Close()
+	r, k, err := replayDeadLetters(t, data, "c", map[string]string{"gen.out": "k"})
 	if err != nil || r != 2 || k != 0 {
 		t.Fatalf("replay: %d replayed, %d kept, %v", r, k, err)
 	}
