@@ -23,7 +23,9 @@ import (
 
 // BenchmarkSingleHop: producers enqueue batches in transactions while 1 or 2
 // consumer instances dequeue + ack in theirs (fast path, BadgerLog; durable =
-// BadgerLogOptions{Sync: true}, group commit). Each sub-benchmark runs three
+// BadgerLogOptions{Sync: true}, group commit). A consumer that found nothing
+// aborts and waits on queue.Notifier's Ready (woken by the next producer
+// commit) instead of polling. Each sub-benchmark runs three
 // phases, each on a fresh DB with the same options:
 //
 //  1. full load: b.N events as fast as the producers go → events/s, MB/s and
@@ -148,7 +150,8 @@ func runHop(b *testing.B, h hop, total int, rate float64, window time.Duration) 
 	must(qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.RoundRobin, Instances: h.instances}))
 
 	var produced, consumed atomic.Int64
-	produced.Store(-1) // unknown until the producers are done
+	produced.Store(-1)              // unknown until the producers are done
+	finished := make(chan struct{}) // closed once produced is known
 	var latMu sync.Mutex
 	var lat []time.Duration
 	b.StartTimer()
@@ -166,6 +169,8 @@ func runHop(b *testing.B, h hop, total int, rate float64, window time.Duration) 
 				if n := produced.Load(); n >= 0 && consumed.Load() >= n {
 					break
 				}
+				// Taken before the dequeue: a commit in between closes it.
+				ready := c.(queue.Notifier).Ready()
 				if _, err := ctx.Start(10 * time.Second); err != nil {
 					b.Error(err)
 					return
@@ -177,7 +182,10 @@ func runHop(b *testing.B, h hop, total int, rate float64, window time.Duration) 
 						b.Error(err)
 						return
 					}
-					time.Sleep(100 * time.Microsecond)
+					select {
+					case <-ready: // a producer committed
+					case <-finished:
+					}
 					continue
 				}
 				if err := ctx.Finish(); err != nil {
@@ -241,6 +249,7 @@ func runHop(b *testing.B, h hop, total int, rate float64, window time.Duration) 
 	}
 	pw.Wait()
 	produced.Store(sent.Load())
+	close(finished)
 	cw.Wait()
 	elapsed := time.Since(began)
 	b.StopTimer()
@@ -548,6 +557,7 @@ func benchSteady(b *testing.B, size, batch int, steadyBytes int64) {
 		defer close(done)
 		ctx := coord.NewContext(c)
 		for consumed.Load() < steadyBytes {
+			ready := c.(queue.Notifier).Ready()
 			if _, err := ctx.Start(10 * time.Second); err != nil {
 				b.Error(err)
 				return
@@ -558,7 +568,7 @@ func benchSteady(b *testing.B, size, batch int, steadyBytes int64) {
 					b.Error(err)
 					return
 				}
-				time.Sleep(200 * time.Microsecond)
+				<-ready
 				continue
 			}
 			if err := ctx.Finish(); err != nil {

@@ -51,6 +51,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 		{"EvictionFreesDisk", testEviction},
 		{"Inspection", testInspection},
 		{"RandomizedExactlyOnce", testRandomized},
+		{"NotifierWakesConsumers", testNotifier},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newEnv(t)) })
@@ -691,5 +692,102 @@ func testInspection(t *testing.T, e *Env) {
 	err = Step(e.Coord, func() error { _, err := cb.Dequeue(1); return err }, cb)
 	if !errors.Is(err, queue.ErrUnknownQueue) {
 		t.Fatalf("dequeue after delete: %v", err)
+	}
+}
+
+// testNotifier: consumers that never poll — they dequeue only when Ready
+// fires — still get every event exactly once, for producers committing one
+// transaction at a time (keyed, so both instances' partitions), a FIFO
+// group whose instances take 1 entry per transaction (a peer must be woken
+// for what another left behind) and a round-robin group. Skipped for
+// backends without queue.Notifier. The deadline only guards against a hang.
+func testNotifier(t *testing.T, e *Env) {
+	qs := e.Queues
+	must(t, qs.CreateQueue("q", queue.Config{Partitions: 8}))
+	must(t, qs.AddGroup("q", queue.Group{Name: "rr", Strategy: queue.RoundRobin, Instances: 2}))
+	must(t, qs.AddGroup("q", queue.Group{Name: "ff", Strategy: queue.FIFO, Instances: 2}))
+	probe, err := qs.Consumer("q", "rr", 0)
+	must(t, err)
+	if _, ok := probe.(queue.Notifier); !ok {
+		t.Skip("backend's consumers do not implement queue.Notifier")
+	}
+	const n = 60
+	type got struct {
+		mu sync.Mutex
+		m  map[string]int
+		n  int
+	}
+	groups := map[string]*got{"rr": {m: map[string]int{}}, "ff": {m: map[string]int{}}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for name, max := range map[string]int{"rr": 3, "ff": 1} {
+		g := groups[name]
+		for i := range 2 {
+			c, err := qs.Consumer("q", name, i)
+			must(t, err)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					ready := c.(queue.Notifier).Ready()
+					var es []queue.Entry
+					if err := Step(e.Coord, func() (err error) { es, err = c.Dequeue(max); return err }, c); err != nil {
+						t.Error(err)
+						return
+					}
+					if len(es) > 0 {
+						g.mu.Lock()
+						for _, x := range es {
+							g.m[string(x.Payload)]++
+						}
+						g.n += len(es)
+						g.mu.Unlock()
+						continue
+					}
+					select {
+					case <-ready:
+					case <-stop:
+						return
+					}
+				}
+			}()
+		}
+	}
+	p, err := qs.Producer("q")
+	must(t, err)
+	for i := 0; i < n; i += 3 {
+		must(t, Step(e.Coord, func() error {
+			for j := i; j < i+3; j++ {
+				x := ev(fmt.Sprintf("e-%d", j))
+				x.Key = []byte(fmt.Sprint(j))
+				if err := p.Enqueue(context.Background(), x); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, p))
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for _, name := range []string{"rr", "ff"} {
+		g := groups[name]
+		for {
+			g.mu.Lock()
+			k := g.n
+			g.mu.Unlock()
+			if k >= n {
+				break
+			}
+			if time.Now().After(deadline) {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("group %s: %d of %d events after 60 s without polling: a wake-up was lost", name, k, n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	for name, g := range groups {
+		t.Run(name, func(t *testing.T) { expectExactly(t, g.m, "e", n) })
 	}
 }
