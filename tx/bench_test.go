@@ -94,6 +94,7 @@ func benchStartCommit(b *testing.B, mode string, nkeys, workers int, oneStep boo
 	n := per * workers
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "tx/s")
 	b.ReportMetric(float64(c.Stats().CommitLatency.Quantile(0.99).Microseconds()), "p99-µs")
+	b.ReportMetric(float64(c.maxConflictKeys), "max-keys")
 }
 
 // BenchmarkFastPathCommit measures the single-store fast path: a transaction

@@ -152,6 +152,8 @@ type Coordinator struct {
 	// log), so commits append while holding mu instead of releasing it.
 	inline bool
 	batch  Batch // reused by appendLocked, under mu
+	// maxConflictKeys is the conflict map's high-water mark, for benchmarks.
+	maxConflictKeys int
 	// realClock: Options.Now is time.Now.
 	realClock bool
 
@@ -538,6 +540,7 @@ func (c *Coordinator) finishLocked(st *txState) {
 	c.conflicts.release(st.id, st.keys, st.saved)
 	c.readPointer = max(c.readPointer, st.maxPointer())
 	c.dirty = true
+	c.maxConflictKeys = max(c.maxConflictKeys, c.conflicts.size())
 	if c.conflicts.size() >= c.conflicts.sweepAt {
 		if len(c.inProgress) == 0 {
 			c.conflicts.reset() // nothing in progress: no key can conflict or be held
