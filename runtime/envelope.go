@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/internal/binenc"
 )
 
 // Queue payloads carry an envelope so that a consumer sees every partition key
@@ -40,8 +41,8 @@ func appendEnvelope(dst []byte, keys []flowlet.KeyValue, skip string, payload []
 		if kv.Name == skip {
 			continue
 		}
-		dst = appendString(dst, kv.Name)
-		dst = appendString(dst, kv.Value)
+		dst = binenc.AppendString(dst, kv.Name)
+		dst = binenc.AppendString(dst, kv.Value)
 	}
 	return append(dst, payload...)
 }
@@ -55,61 +56,19 @@ func decodeEnvelope(b []byte, keys []flowlet.KeyValue) ([]flowlet.KeyValue, []by
 	case envPlain:
 		return keys, b[1:], nil
 	case envKeys:
-		r := reader{b: b[1:]}
-		n := r.uvarint()
-		for i := uint64(0); i < n && r.err == nil; i++ {
-			name := r.string()
-			value := r.string()
+		r := binenc.NewReader(b[1:], errBadEnvelope)
+		n := r.Uvarint()
+		for i := uint64(0); i < n && r.Err() == nil; i++ {
+			name := r.String()
+			value := r.String()
 			keys = append(keys, flowlet.KeyValue{Name: name, Value: value})
 		}
-		if r.err != nil {
-			return keys, nil, r.err
+		if err := r.Err(); err != nil {
+			return keys, nil, err
 		}
-		return keys, r.b, nil
+		return keys, r.Rest(), nil
 	}
 	return keys, nil, errBadEnvelope
-}
-
-func appendString(dst []byte, s string) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
-}
-
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) uvarint() uint64 { return readVarint(r, binary.Uvarint) }
-
-func (r *reader) varint() int64 { return readVarint(r, binary.Varint) }
-
-// readVarint reads one number with decode (binary.Uvarint or binary.Varint).
-func readVarint[T uint64 | int64](r *reader, decode func([]byte) (T, int)) T {
-	if r.err != nil {
-		return 0
-	}
-	v, n := decode(r.b)
-	if n <= 0 {
-		r.err = errBadEnvelope
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) string() string {
-	n := r.uvarint()
-	if r.err != nil {
-		return ""
-	}
-	if n > uint64(len(r.b)) {
-		r.err = errBadEnvelope
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
 }
 
 // DeadLetter is one entry of a flowlet's dead-letter queue: an input event
@@ -150,9 +109,9 @@ func encodeDeadLetter(d *DeadLetter) []byte {
 	}
 	b := make([]byte, 0, 64+len(e)+len(d.Payload))
 	b = append(b, dlqVersion)
-	b = appendString(b, d.Input)
-	b = appendString(b, d.EventID)
-	b = appendString(b, e)
+	b = binenc.AppendString(b, d.Input)
+	b = binenc.AppendString(b, d.EventID)
+	b = binenc.AppendString(b, e)
 	b = binary.AppendUvarint(b, uint64(d.Attempts))
 	b = binary.AppendVarint(b, d.Time.UnixNano())
 	var et int64
@@ -160,11 +119,11 @@ func encodeDeadLetter(d *DeadLetter) []byte {
 		et = d.EventTime.UnixNano()
 	}
 	b = binary.AppendVarint(b, et)
-	b = appendString(b, d.TraceID)
+	b = binenc.AppendString(b, d.TraceID)
 	b = binary.AppendUvarint(b, uint64(len(d.Keys)))
 	for _, kv := range d.Keys {
-		b = appendString(b, kv.Name)
-		b = appendString(b, kv.Value)
+		b = binenc.AppendString(b, kv.Name)
+		b = binenc.AppendString(b, kv.Value)
 	}
 	return append(b, d.Payload...)
 }
@@ -174,24 +133,24 @@ func decodeDeadLetter(flowletName string, b []byte) (DeadLetter, error) {
 	if len(b) == 0 || b[0] != dlqVersion {
 		return d, errors.New("runtime: unknown dead-letter record version")
 	}
-	r := reader{b: b[1:]}
-	d.Input = r.string()
-	d.EventID = r.string()
-	d.Error = r.string()
-	d.Attempts = int(r.uvarint())
-	t := r.varint()
+	r := binenc.NewReader(b[1:], errBadEnvelope)
+	d.Input = r.String()
+	d.EventID = r.String()
+	d.Error = r.String()
+	d.Attempts = int(r.Uvarint())
+	t := r.Varint()
 	d.Time = time.Unix(0, t)
-	if et := r.varint(); et != 0 {
+	if et := r.Varint(); et != 0 {
 		d.EventTime = time.Unix(0, et)
 	}
-	d.TraceID = r.string()
-	n := r.uvarint()
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		d.Keys = append(d.Keys, flowlet.KeyValue{Name: r.string(), Value: r.string()})
+	d.TraceID = r.String()
+	n := r.Uvarint()
+	for i := uint64(0); i < n && r.Err() == nil; i++ {
+		d.Keys = append(d.Keys, flowlet.KeyValue{Name: r.String(), Value: r.String()})
 	}
-	if r.err != nil {
-		return d, r.err
+	if err := r.Err(); err != nil {
+		return d, err
 	}
-	d.Payload = append([]byte(nil), r.b...)
+	d.Payload = append([]byte(nil), r.Rest()...)
 	return d, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flowrun/flowrun/internal/binenc"
 	"github.com/flowrun/flowrun/queue"
 )
 
@@ -38,18 +39,15 @@ func appendEvent(dst []byte, ev *queue.Event) []byte {
 		flags |= flagTrace
 	}
 	dst = append(dst, flags)
-	dst = binary.AppendUvarint(dst, uint64(len(ev.Payload)))
-	dst = append(dst, ev.Payload...)
+	dst = binenc.AppendBytes(dst, ev.Payload)
 	if flags&flagKey != 0 {
-		dst = binary.AppendUvarint(dst, uint64(len(ev.Key)))
-		dst = append(dst, ev.Key...)
+		dst = binenc.AppendBytes(dst, ev.Key)
 	}
 	if flags&flagTime != 0 {
 		dst = binary.AppendVarint(dst, ev.EventTime.UnixNano())
 	}
 	if flags&flagTrace != 0 {
-		dst = binary.AppendUvarint(dst, uint64(len(ev.TraceID)))
-		dst = append(dst, ev.TraceID...)
+		dst = binenc.AppendString(dst, ev.TraceID)
 	}
 	return dst
 }
@@ -205,59 +203,33 @@ func (s *partState) encode(dst []byte) []byte {
 	return dst
 }
 
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, k := binary.Uvarint(d.b)
-	if k <= 0 {
-		d.err = errCorrupt
-		return 0
-	}
-	d.b = d.b[k:]
-	return v
-}
-
-func (d *decoder) byte() byte {
-	if d.err != nil || len(d.b) == 0 {
-		d.err = errCorrupt
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
+type decoder struct{ binenc.Reader }
 
 func (d *decoder) pos() position {
-	return position{wp: d.uvarint(), chunk: uint32(d.uvarint()), idx: uint32(d.uvarint())}
+	return position{wp: d.Uvarint(), chunk: uint32(d.Uvarint()), idx: uint32(d.Uvarint())}
 }
 
 func decodePartState(b []byte) (partState, error) {
-	d := decoder{b: b}
+	d := decoder{binenc.NewReader(b, errCorrupt)}
 	var s partState
-	s.consumed = d.uvarint()
-	s.expired = d.uvarint()
-	n := d.uvarint()
+	s.consumed = d.Uvarint()
+	s.expired = d.Uvarint()
+	n := d.Uvarint()
 	if n > 256 {
 		return s, errCorrupt
 	}
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		l := levelState{prio: d.byte(), pos: d.pos()}
-		nh := d.uvarint()
-		if nh > uint64(len(d.b)) {
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		l := levelState{prio: d.Byte(), pos: d.pos()}
+		nh := d.Uvarint()
+		if nh > uint64(d.Len()) {
 			return s, errCorrupt
 		}
-		for j := uint64(0); j < nh && d.err == nil; j++ {
+		for j := uint64(0); j < nh && d.Err() == nil; j++ {
 			l.holes = append(l.holes, d.pos())
 		}
 		s.levels = append(s.levels, l)
 	}
-	return s, d.err
+	return s, d.Err()
 }
 
 // A stored state value holds one or two versions, newest first, each tagged
