@@ -89,7 +89,7 @@ func (s *Store) Table(name string) *Table {
 	if t, ok := s.tables[name]; ok {
 		return t
 	}
-	t := &Table{s: s, name: name, prefix: s.namePrefix(kindTable, name), buf: map[string]tableWrite{}}
+	t := &Table{space: space{s: s, kind: "table", name: name, prefix: s.namePrefix(kindTable, name)}, buf: map[string]tableWrite{}}
 	if !nameRE.MatchString(name) {
 		t.err = fmt.Errorf("state: invalid table name %q (want [a-z0-9][a-z0-9_-]{0,62})", name)
 	}
@@ -102,7 +102,7 @@ func (s *Store) Counters(name string) *Counters {
 	if c, ok := s.counters[name]; ok {
 		return c
 	}
-	c := &Counters{s: s, name: name, prefix: s.namePrefix(kindCounter, name), buf: map[string]int64{}}
+	c := &Counters{space: space{s: s, kind: "counters", name: name, prefix: s.namePrefix(kindCounter, name)}, buf: map[string]int64{}}
 	if !nameRE.MatchString(name) {
 		c.err = fmt.Errorf("state: invalid counters name %q (want [a-z0-9][a-z0-9_-]{0,62})", name)
 	}
