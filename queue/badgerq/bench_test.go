@@ -122,32 +122,13 @@ func runHop(b *testing.B, h hop, total int, rate float64, window time.Duration) 
 		// For comparison: Badger syncs each of its write batches itself.
 		opts, logSync = opts.WithSyncWrites(true), false
 	}
-	db, err := badger.Open(opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	bl, _ := tx.NewBadgerLog(db, tx.BadgerLogOptions{Sync: logSync})
-	coord, err := tx.Open(tx.Options{Log: bl})
-	if err != nil {
-		b.Fatal(err)
-	}
-	be, err := Open(db, Options{Coordinator: coord, FastPath: true, Sync: h.durable})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		be.Close()
-		coord.Close()
-		db.Close()
-	}()
-	qs := queue.New(be)
+	qs, coord, closeQueue := openBenchQueue(b, opts, logSync, h.durable, h.instances)
+	defer closeQueue()
 	must := func(err error) {
 		if err != nil {
 			b.Fatal(err)
 		}
 	}
-	must(qs.CreateQueue("q", queue.Config{}))
-	must(qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.RoundRobin, Instances: h.instances}))
 
 	var produced, consumed atomic.Int64
 	produced.Store(-1)              // unknown until the producers are done
@@ -169,28 +150,13 @@ func runHop(b *testing.B, h hop, total int, rate float64, window time.Duration) 
 				if n := produced.Load(); n >= 0 && consumed.Load() >= n {
 					break
 				}
-				// Taken before the dequeue: a commit in between closes it.
-				ready := c.(queue.Notifier).Ready()
-				if _, err := ctx.Start(10 * time.Second); err != nil {
+				got, err := dequeueTx(ctx, c, max(h.batch, 100), finished)
+				if err != nil {
 					b.Error(err)
 					return
 				}
-				got, err := c.Dequeue(max(h.batch, 100))
-				if err != nil || len(got) == 0 {
-					// Nothing to ack: abort, which costs no log sync.
-					if err := ctx.Abort(err); err != nil {
-						b.Error(err)
-						return
-					}
-					select {
-					case <-ready: // a producer committed
-					case <-finished:
-					}
-					continue
-				}
-				if err := ctx.Finish(); err != nil {
-					b.Error(err)
-					return
+				if len(got) == 0 {
+					continue // nothing was ready; woken since
 				}
 				now := time.Now().UnixNano()
 				for k := 0; k < len(got); k += 16 {
@@ -227,19 +193,8 @@ func runHop(b *testing.B, h hop, total int, rate float64, window time.Duration) 
 						return
 					}
 				}
-				if _, err := ctx.Start(10 * time.Second); err != nil {
-					b.Error(err)
-					return
-				}
 				n := min(h.batch, mine-i)
-				binary.LittleEndian.PutUint64(payload, uint64(time.Now().UnixNano()))
-				for range n {
-					if err := p.Enqueue(context.Background(), queue.Event{Payload: payload}); err != nil {
-						b.Error(ctx.Abort(err))
-						return
-					}
-				}
-				if err := ctx.Finish(); err != nil {
+				if err := enqueueTx(ctx, p, payload, n, true); err != nil {
 					b.Error(err)
 					return
 				}
@@ -288,17 +243,124 @@ func rawBadger(b *testing.B, durable bool, size, n int) time.Duration {
 
 // peakRSS is VmHWM from /proc/self/status, in bytes.
 func peakRSS() int64 {
+	return procStatus("VmHWM:")[0]
+}
+
+// procStatus is the named kB fields of /proc/self/status, in bytes (0 for
+// one it cannot read).
+func procStatus(names ...string) []int64 {
+	out := make([]int64, len(names))
 	data, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return 0
+		return out
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
+		for i, name := range names {
+			if rest, ok := strings.CutPrefix(line, name); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+				out[i] = kb << 10
+			}
 		}
 	}
-	return 0
+	return out
+}
+
+// openBenchQueue opens a fast-path backend on a fresh DB (opts) with queue
+// "q" and RoundRobin group "g" of instances consumers. logSync is the
+// BadgerLog's group sync, sync the backend's. closeQueue closes all.
+func openBenchQueue(b *testing.B, opts badger.Options, logSync, sync bool, instances int) (qs *queue.Queues, coord *tx.Coordinator, closeQueue func()) {
+	db, err := badger.Open(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bl, _ := tx.NewBadgerLog(db, tx.BadgerLogOptions{Sync: logSync})
+	coord, err = tx.Open(tx.Options{Log: bl})
+	if err != nil {
+		b.Fatal(err)
+	}
+	be, err := Open(db, Options{Coordinator: coord, FastPath: true, Sync: sync})
+	if err != nil {
+		b.Fatal(err)
+	}
+	closeQueue = func() {
+		be.Close()
+		coord.Close()
+		db.Close()
+	}
+	qs = queue.New(be)
+	if err := qs.CreateQueue("q", queue.Config{}); err != nil {
+		closeQueue()
+		b.Fatal(err)
+	}
+	if err := qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.RoundRobin, Instances: instances}); err != nil {
+		closeQueue()
+		b.Fatal(err)
+	}
+	return qs, coord, closeQueue
+}
+
+// enqueueTx enqueues n copies of payload in one transaction. stamp writes
+// the time into the payload's first 8 bytes once the transaction started.
+func enqueueTx(ctx *tx.Context, p queue.Producer, payload []byte, n int, stamp bool) error {
+	if _, err := ctx.Start(10 * time.Second); err != nil {
+		return err
+	}
+	if stamp {
+		binary.LittleEndian.PutUint64(payload, uint64(time.Now().UnixNano()))
+	}
+	for range n {
+		if err := p.Enqueue(context.Background(), queue.Event{Payload: payload}); err != nil {
+			return ctx.Abort(err)
+		}
+	}
+	return ctx.Finish()
+}
+
+// dequeueTx dequeues up to n events in one transaction and commits. Finding
+// none, it aborts (which costs no log sync) and waits until a producer
+// commits (c's queue.Notifier) or done is closed, and returns no events.
+func dequeueTx(ctx *tx.Context, c queue.Consumer, n int, done <-chan struct{}) ([]queue.Entry, error) {
+	// Taken before the dequeue: a commit in between closes it.
+	ready := c.(queue.Notifier).Ready()
+	if _, err := ctx.Start(10 * time.Second); err != nil {
+		return nil, err
+	}
+	got, err := c.Dequeue(n)
+	if err != nil || len(got) == 0 {
+		if err := ctx.Abort(err); err != nil {
+			return nil, err
+		}
+		select {
+		case <-ready: // a producer committed
+		case <-done:
+		}
+		return nil, nil
+	}
+	return got, ctx.Finish()
+}
+
+// sampleEvery calls sample at once and then every d until stop, which waits
+// for the last call to return.
+func sampleEvery(d time.Duration, sample func()) (stop func()) {
+	quit := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			sample()
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-sampled
+	}
 }
 
 // BenchmarkBacklogRSS fills a queue that has a group but no consumer, so
@@ -342,31 +404,8 @@ type rssSample struct {
 
 func benchBacklog(b *testing.B, size int) {
 	dir := b.TempDir()
-	db, err := OpenDB(dir, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	bl, _ := tx.NewBadgerLog(db, tx.BadgerLogOptions{})
-	coord, err := tx.Open(tx.Options{Log: bl})
-	if err != nil {
-		b.Fatal(err)
-	}
-	be, err := Open(db, Options{Coordinator: coord, FastPath: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		be.Close()
-		coord.Close()
-		db.Close()
-	}()
-	qs := queue.New(be)
-	if err := qs.CreateQueue("q", queue.Config{}); err != nil {
-		b.Fatal(err)
-	}
-	if err := qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.RoundRobin, Instances: 1}); err != nil {
-		b.Fatal(err)
-	}
+	qs, coord, closeQueue := openBenchQueue(b, TunedOptions(dir, false), false, false, 1)
+	defer closeQueue()
 	p, err := qs.Producer("q")
 	if err != nil {
 		b.Fatal(err)
@@ -374,41 +413,20 @@ func benchBacklog(b *testing.B, size int) {
 	var written atomic.Int64
 	var samples []rssSample
 	began := time.Now()
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			rss, anon := currentRSS()
-			samples = append(samples, rssSample{at: time.Since(began), bytes: written.Load(), rss: rss, anon: anon})
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	stopSampling := sampleEvery(250*time.Millisecond, func() {
+		rss, anon := currentRSS()
+		samples = append(samples, rssSample{at: time.Since(began), bytes: written.Load(), rss: rss, anon: anon})
+	})
 	ctx := coord.NewContext(p)
 	payload := make([]byte, size)
 	for written.Load() < backlogBytes && time.Since(began) < backlogTime {
-		if _, err := ctx.Start(10 * time.Second); err != nil {
-			b.Fatal(err)
-		}
-		for range backlogBatch {
-			if err := p.Enqueue(context.Background(), queue.Event{Payload: payload}); err != nil {
-				b.Fatal(ctx.Abort(err))
-			}
-		}
-		if err := ctx.Finish(); err != nil {
+		if err := enqueueTx(ctx, p, payload, backlogBatch, false); err != nil {
 			b.Fatal(err)
 		}
 		written.Add(int64(backlogBatch * size))
 	}
 	elapsed := time.Since(began)
-	close(stop)
-	<-sampled
+	stopSampling()
 	info, err := qs.Info("q")
 	if err != nil || info.Bytes != written.Load() {
 		b.Fatalf("depth %d bytes after writing %d (%v)", info.Bytes, written.Load(), err)
@@ -438,22 +456,8 @@ func benchBacklog(b *testing.B, size int) {
 
 // currentRSS is VmRSS and RssAnon from /proc/self/status, in bytes.
 func currentRSS() (rss, anon int64) {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0, 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		for _, f := range []struct {
-			name string
-			dst  *int64
-		}{{"VmRSS:", &rss}, {"RssAnon:", &anon}} {
-			if rest, ok := strings.CutPrefix(line, f.name); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-				*f.dst = kb << 10
-			}
-		}
-	}
-	return rss, anon
+	v := procStatus("VmRSS:", "RssAnon:")
+	return v[0], v[1]
 }
 
 // BenchmarkSteadyRSS is the memory of a queue in steady use, the weblog
@@ -495,31 +499,8 @@ type steadySample struct {
 func benchSteady(b *testing.B, size, batch int, steadyBytes int64) {
 	runtime.GC()
 	dir := b.TempDir()
-	db, err := OpenDB(dir, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	bl, _ := tx.NewBadgerLog(db, tx.BadgerLogOptions{})
-	coord, err := tx.Open(tx.Options{Log: bl})
-	if err != nil {
-		b.Fatal(err)
-	}
-	be, err := Open(db, Options{Coordinator: coord, FastPath: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		be.Close()
-		coord.Close()
-		db.Close()
-	}()
-	qs := queue.New(be)
-	if err := qs.CreateQueue("q", queue.Config{}); err != nil {
-		b.Fatal(err)
-	}
-	if err := qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.RoundRobin, Instances: 1}); err != nil {
-		b.Fatal(err)
-	}
+	qs, coord, closeQueue := openBenchQueue(b, TunedOptions(dir, false), false, false, 1)
+	defer closeQueue()
 	p, err := qs.Producer("q")
 	if err != nil {
 		b.Fatal(err)
@@ -531,24 +512,12 @@ func benchSteady(b *testing.B, size, batch int, steadyBytes int64) {
 	var written, consumed atomic.Int64
 	var samples []steadySample
 	began := time.Now()
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		var ms runtime.MemStats
-		for {
-			anon, file := currentRSSParts()
-			runtime.ReadMemStats(&ms)
-			samples = append(samples, steadySample{at: time.Since(began), written: written.Load(), anon: anon, file: file, heap: int64(ms.HeapInuse), dsk: dirBytes(dir)})
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	var ms runtime.MemStats
+	stopSampling := sampleEvery(250*time.Millisecond, func() {
+		anon, file := currentRSSParts()
+		runtime.ReadMemStats(&ms)
+		samples = append(samples, steadySample{at: time.Since(began), written: written.Load(), anon: anon, file: file, heap: int64(ms.HeapInuse), dsk: dirBytes(dir)})
+	})
 	// The consumer keeps the backlog small; the producer waits when it is
 	// more than maxLead bytes ahead.
 	const maxLead = 32 << 20
@@ -557,23 +526,13 @@ func benchSteady(b *testing.B, size, batch int, steadyBytes int64) {
 		defer close(done)
 		ctx := coord.NewContext(c)
 		for consumed.Load() < steadyBytes {
-			ready := c.(queue.Notifier).Ready()
-			if _, err := ctx.Start(10 * time.Second); err != nil {
+			got, err := dequeueTx(ctx, c, 4096, nil)
+			if err != nil {
 				b.Error(err)
 				return
 			}
-			got, err := c.Dequeue(4096)
-			if err != nil || len(got) == 0 {
-				if err := ctx.Abort(err); err != nil {
-					b.Error(err)
-					return
-				}
-				<-ready
-				continue
-			}
-			if err := ctx.Finish(); err != nil {
-				b.Error(err)
-				return
+			if len(got) == 0 {
+				continue // nothing was ready; woken since
 			}
 			consumed.Add(int64(len(got) * size))
 		}
@@ -585,23 +544,14 @@ func benchSteady(b *testing.B, size, batch int, steadyBytes int64) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		if _, err := ctx.Start(10 * time.Second); err != nil {
-			b.Fatal(err)
-		}
-		for range batch {
-			if err := p.Enqueue(context.Background(), queue.Event{Payload: payload}); err != nil {
-				b.Fatal(ctx.Abort(err))
-			}
-		}
-		if err := ctx.Finish(); err != nil {
+		if err := enqueueTx(ctx, p, payload, batch, false); err != nil {
 			b.Fatal(err)
 		}
 		written.Add(int64(batch * size))
 	}
 	<-done
 	elapsed := time.Since(began)
-	close(stop)
-	<-sampled
+	stopSampling()
 	if f := os.Getenv("BADGERQ_STEADY_HEAPPROFILE"); f != "" {
 		// The live heap at the end, before the DB closes.
 		runtime.GC()
@@ -643,20 +593,6 @@ func benchSteady(b *testing.B, size, batch int, steadyBytes int64) {
 
 // currentRSSParts is RssAnon and RssFile from /proc/self/status, in bytes.
 func currentRSSParts() (anon, file int64) {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0, 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		for _, f := range []struct {
-			name string
-			dst  *int64
-		}{{"RssAnon:", &anon}, {"RssFile:", &file}} {
-			if rest, ok := strings.CutPrefix(line, f.name); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-				*f.dst = kb << 10
-			}
-		}
-	}
-	return anon, file
+	v := procStatus("RssAnon:", "RssFile:")
+	return v[0], v[1]
 }
