@@ -83,16 +83,23 @@ func (s *Store) namePrefix(kind byte, name string) []byte {
 	return append(p, 0)
 }
 
+// space is the key range of the table or counters (what) of that name. An
+// invalid name gives a space whose every operation fails.
+func (s *Store) space(kind byte, what, name string) space {
+	sp := space{s: s, kind: what, name: name, prefix: s.namePrefix(kind, name)}
+	if !nameRE.MatchString(name) {
+		sp.err = fmt.Errorf("state: invalid %s name %q (want [a-z0-9][a-z0-9_-]{0,62})", what, name)
+	}
+	return sp
+}
+
 // Table returns the table of that name. An invalid name gives a table whose
 // every operation fails.
 func (s *Store) Table(name string) *Table {
 	if t, ok := s.tables[name]; ok {
 		return t
 	}
-	t := &Table{space: space{s: s, kind: "table", name: name, prefix: s.namePrefix(kindTable, name)}, buf: map[string]tableWrite{}}
-	if !nameRE.MatchString(name) {
-		t.err = fmt.Errorf("state: invalid table name %q (want [a-z0-9][a-z0-9_-]{0,62})", name)
-	}
+	t := &Table{space: s.space(kindTable, "table", name), buf: map[string]tableWrite{}}
 	s.tables[name] = t
 	return t
 }
@@ -102,10 +109,7 @@ func (s *Store) Counters(name string) *Counters {
 	if c, ok := s.counters[name]; ok {
 		return c
 	}
-	c := &Counters{space: space{s: s, kind: "counters", name: name, prefix: s.namePrefix(kindCounter, name)}, buf: map[string]int64{}}
-	if !nameRE.MatchString(name) {
-		c.err = fmt.Errorf("state: invalid counters name %q (want [a-z0-9][a-z0-9_-]{0,62})", name)
-	}
+	c := &Counters{space: s.space(kindCounter, "counters", name), buf: map[string]int64{}}
 	s.counters[name] = c
 	return c
 }
