@@ -115,7 +115,10 @@ func TestE2EKillRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(flowrun, "run", "--drain", "--data", data, "--plugin-cache", pluginCache, app)
+		// A small back-pressure bound keeps the reader close to the
+		// parsers, so the lines done (what the kill timing adapts to) are
+		// most of the lines read.
+		cmd := exec.Command(flowrun, "run", "--drain", "--max-backlog", "8192", "--data", data, "--plugin-cache", pluginCache, app)
 		cmd.Env = append(os.Environ(), "WEBLOG_INPUT="+logFile, "WEBLOG_HOURS="+hours)
 		cmd.Stdout, cmd.Stderr = f, f
 		if err := cmd.Start(); err != nil {
@@ -138,27 +141,40 @@ func TestE2EKillRestart(t *testing.T) {
 	// early, and the test fails asking for a longer log.
 	//
 	// killMax adapts to the machine unless WEBLOG_E2E_KILL_MS sets it: after
-	// the first quarter of the kills, the progress so far (read from the
-	// killed app's store) gives the processing rate, and killMax is chosen
-	// so that the remaining kills let the app process about a third of what
-	// is left, leaving the rest to the final run.
+	// every run killed while processing, its progress (read from the killed
+	// app's store) gives the processing rate; with the fastest rate seen so
+	// far (a machine that gets less busy speeds the app up), killMax is
+	// chosen so that the remaining kills let the app process under a third
+	// of what is left, leaving the rest to the final run.
 	adapt := os.Getenv("WEBLOG_E2E_KILL_MS") == ""
 	killMax := time.Duration(envInt(t, "WEBLOG_E2E_KILL_MS", 300)) * time.Millisecond
 	began := time.Now()
 	killed, drained, pluginKilled := 0, false, 0
 	var ran time.Duration // sum of the delays of kills after "running"
-	for i := 0; i < kills && !drained; i++ {
-		if adapt && i == kills/4 && ran > 0 {
-			done := progress(t, export, app, data)
-			rate := float64(done) / ran.Seconds()
-			left := kills - i
-			if rate > 0 && int64(lines) > done {
-				// Post-running kills average killMax/2 each.
-				want := 0.35 * float64(int64(lines)-done) / rate / (0.75 * float64(left) / 2)
-				killMax = min(max(time.Duration(want*float64(time.Second)), 20*time.Millisecond), 3*time.Second)
-			}
-			t.Logf("after %d kills: %d of %d lines done, %.0f lines/s while running; kill delays now up to %v", i, done, lines, rate, killMax.Round(time.Millisecond))
+	var lastDone int64
+	var maxRate float64
+	adaptAfter := func(i int, ranFor time.Duration) {
+		if !adapt || ranFor <= 0 {
+			return
 		}
+		done := progress(t, export, app, data)
+		// Lines done since the last measurement, over this run's running
+		// time: an overestimate when startup-killed runs also progressed,
+		// which only makes the next kills earlier.
+		maxRate = max(maxRate, float64(done-lastDone)/ranFor.Seconds())
+		lastDone = done
+		left := kills - i - 1
+		if maxRate > 0 && left > 0 && int64(lines) > done {
+			// Post-running kills average killMax/2 each; a quarter of the
+			// kills happen at start-up.
+			want := 0.25 * float64(int64(lines)-done) / maxRate / (0.75 * float64(left) / 2)
+			killMax = min(max(time.Duration(want*float64(time.Second)), 20*time.Millisecond), 3*time.Second)
+		}
+		if i == kills/4 {
+			t.Logf("after %d kills: %d of %d lines done, up to %.0f lines/s while running; kill delays now up to %v", i+1, done, lines, maxRate, killMax.Round(time.Millisecond))
+		}
+	}
+	for i := 0; i < kills && !drained; i++ {
 		from, _ := os.Stat(stderr)
 		cmd, f := start()
 		done := make(chan error, 1)
@@ -193,11 +209,13 @@ func TestE2EKillRestart(t *testing.T) {
 			_ = cmd.Process.Signal(syscall.SIGKILL)
 			err := <-done
 			f.Close()
-			ran += ranFor()
+			r := ranFor()
+			ran += r
 			var ee *exec.ExitError
 			switch {
 			case errors.As(err, &ee) && !ee.Exited():
 				killed++
+				adaptAfter(i, r)
 			case err == nil:
 				drained = true
 				t.Logf("run %d drained just before its kill", i)
