@@ -35,6 +35,14 @@ type countFlowlet struct {
 var flakyMu sync.Mutex
 var flakySeen = map[string]int{}
 
+// resetFlaky forgets the attempts counted by "flaky" flowlets, so that a
+// test starts afresh (go test -count=N runs it again in the same process).
+func resetFlaky() {
+	flakyMu.Lock()
+	clear(flakySeen)
+	flakyMu.Unlock()
+}
+
 func (c *countFlowlet) Init(ic flowlet.InitContext) error {
 	cf := ic.Config
 	c.fail, _ = cf.String("fail", "")

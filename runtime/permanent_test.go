@@ -72,6 +72,10 @@ func init() {
 // dead-letters an event with its input and id, so both replay; a transient
 // batch failure retries the whole batch before isolating events.
 func TestPermanentAndDeadLetterEvent(t *testing.T) {
+	batchCalls.Lock()
+	clear(batchCalls.failed)
+	clear(batchCalls.batches)
+	batchCalls.Unlock()
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	yaml := `

@@ -60,6 +60,7 @@ func TestPipelineExactCounts(t *testing.T) {
 }
 
 func TestErrorRetriesThenDLQ(t *testing.T) {
+	resetFlaky()
 	dir := t.TempDir()
 	yaml := `
 app: t
