@@ -1,6 +1,6 @@
 package tx
 
-// conflictIndex detects write-write conflicts in O(keys) per commit: one map
+// conflictIndex detects write-write conflicts in O(keys) per commit: one table
 // from change-key hash to the sequence number of its last commit, instead of
 // Tephra's list of change sets that every check walks. While a transaction
 // holds a key (between CanCommit and its commit record landing), the entry is
@@ -8,9 +8,9 @@ package tx
 // the holder to restore on abort. Keys older than the oldest in-progress
 // transaction can never conflict again and are swept.
 type conflictIndex struct {
-	seq     uint64            // bumped by every commit that carried keys
-	keys    map[uint64]uint64 // key -> seq of its last commit, or pendingBit|holder id
-	sweepAt int               // sweep when the map reaches this size
+	seq     uint64   // bumped by every commit that carried keys
+	keys    keyTable // key -> seq of its last commit, or pendingBit|holder id; 0 = none
+	sweepAt int      // sweep when the table holds this many keys
 }
 
 const (
@@ -19,7 +19,7 @@ const (
 )
 
 func newConflictIndex() conflictIndex {
-	return conflictIndex{keys: make(map[uint64]uint64), sweepAt: minSweep}
+	return conflictIndex{keys: newKeyTable(minSweep), sweepAt: minSweep}
 }
 
 // checkAndHold reserves keys (duplicates allowed) for transaction id, which started at startSeq,
@@ -31,7 +31,7 @@ func (ci *conflictIndex) checkAndHold(id, startSeq uint64, keys, saved []uint64)
 	}
 	saved = saved[:0]
 	for _, k := range keys {
-		v := ci.keys[k]
+		v := ci.keys.get(k)
 		if v&pendingBit != 0 {
 			if v&^pendingBit != id {
 				return saved, true, false
@@ -42,7 +42,7 @@ func (ci *conflictIndex) checkAndHold(id, startSeq uint64, keys, saved []uint64)
 		saved = append(saved, v)
 	}
 	for _, k := range keys {
-		ci.keys[k] = pendingBit | id
+		ci.keys.set(k, pendingBit|id)
 	}
 	return saved, false, true
 }
@@ -50,13 +50,13 @@ func (ci *conflictIndex) checkAndHold(id, startSeq uint64, keys, saved []uint64)
 // release gives back keys id holds, restoring what they replaced.
 func (ci *conflictIndex) release(id uint64, keys, saved []uint64) {
 	for i, k := range keys {
-		if ci.keys[k] != pendingBit|id {
+		if ci.keys.get(k) != pendingBit|id {
 			continue
 		}
-		if i < len(saved) && saved[i] != 0 {
-			ci.keys[k] = saved[i]
+		if i < len(saved) {
+			ci.keys.set(k, saved[i]) // 0 when the key was absent
 		} else {
-			delete(ci.keys, k)
+			ci.keys.set(k, 0)
 		}
 	}
 }
@@ -68,7 +68,7 @@ func (ci *conflictIndex) commit(keys []uint64) {
 	}
 	ci.seq++
 	for _, k := range keys {
-		ci.keys[k] = ci.seq
+		ci.keys.set(k, ci.seq)
 	}
 }
 
@@ -77,40 +77,39 @@ func (ci *conflictIndex) commit(keys []uint64) {
 // map has doubled since the last sweep, so its cost is O(1) per commit
 // amortized and the map stays within twice the live window (at least 4096).
 func (ci *conflictIndex) pruneBelow(bound uint64) {
-	if len(ci.keys) < ci.sweepAt {
+	if ci.keys.used < ci.sweepAt {
 		return
 	}
-	// Copy the survivors into a fresh map rather than delete in place: a Go
-	// map never shrinks, and the deleted slots would slow every later lookup
-	// and sweep.
-	live := make(map[uint64]uint64, ci.sweepAt) // sized for the next cycle: no growth
-	for k, v := range ci.keys {
+	// Copy the survivors into a fresh table: it drops the slots of absent
+	// keys too, and is sized for the next cycle so that it need not grow.
+	live := newKeyTable(ci.sweepAt)
+	ci.keys.each(func(k, v uint64) {
 		if v&pendingBit != 0 || v >= bound {
-			live[k] = v
+			live.set(k, v)
 		}
-	}
+	})
 	ci.keys = live
-	ci.sweepAt = max(minSweep, 2*len(ci.keys))
+	ci.sweepAt = max(minSweep, 2*ci.keys.used)
 }
 
 // reset forgets every key; only when no transaction is in progress.
 func (ci *conflictIndex) reset() {
-	if len(ci.keys) > 4*minSweep {
-		ci.keys = make(map[uint64]uint64) // do not keep a grown table
+	if len(ci.keys.slots) > 16*minSweep {
+		ci.keys = newKeyTable(minSweep) // do not keep a grown table
 	} else {
-		clear(ci.keys)
+		ci.keys.clear()
 	}
 	ci.sweepAt = minSweep
 }
 
 // committedKeys calls fn for every committed (not pending) key.
 func (ci *conflictIndex) committedKeys(fn func(key, seq uint64)) {
-	for k, v := range ci.keys {
+	ci.keys.each(func(k, v uint64) {
 		if v&pendingBit == 0 {
 			fn(k, v)
 		}
-	}
+	})
 }
 
-// size is the number of keys kept for conflict detection.
-func (ci *conflictIndex) size() int { return len(ci.keys) }
+// size is the number of slots in use (a bound on the keys kept).
+func (ci *conflictIndex) size() int { return ci.keys.used }

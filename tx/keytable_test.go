@@ -1,0 +1,52 @@
+package tx
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// The key table behaves like a map whose absent keys read 0, through growth,
+// overwrites, "deletes" (0) and the zero key.
+func TestKeyTableMatchesMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	tab := newKeyTable(4)
+	ref := map[uint64]uint64{}
+	keys := []uint64{0, 1} // the empty marker and its stand-in
+	for i := 0; i < 20000; i++ {
+		var k uint64
+		if rng.IntN(4) == 0 && len(keys) > 0 {
+			k = keys[rng.IntN(len(keys))]
+		} else {
+			k = rng.Uint64()
+			keys = append(keys, k)
+		}
+		v := rng.Uint64N(1000) // 0 included: absent
+		tab.set(k, v)
+		ref[fix(k)] = v
+	}
+	for _, k := range keys {
+		if got, want := tab.get(k), ref[fix(k)]; got != want {
+			t.Fatalf("get(%d) = %d, want %d", k, got, want)
+		}
+	}
+	n := 0
+	tab.each(func(k, v uint64) {
+		n++
+		if ref[k] != v || v == 0 {
+			t.Fatalf("each gave %d=%d, map has %d", k, v, ref[k])
+		}
+	})
+	live := 0
+	for _, v := range ref {
+		if v != 0 {
+			live++
+		}
+	}
+	if n != live {
+		t.Fatalf("each visited %d keys, want %d", n, live)
+	}
+	tab.clear()
+	if tab.get(keys[5]) != 0 || tab.used != 0 {
+		t.Fatal("clear left keys behind")
+	}
+}
