@@ -596,6 +596,7 @@ func (b *Backend) background() {
 		defer t.Stop()
 		gcC = t.C
 	}
+	followUps := 0 // reclaims still to run after the last one with new frees
 	for {
 		select {
 		case <-b.stop:
@@ -610,9 +611,18 @@ func (b *Backend) background() {
 		case <-gcC:
 			// Whatever was freed since the last reclaim (a trickle never
 			// reaches ReclaimBytes) is reclaimed here; otherwise just GC.
-			if b.opts.ReclaimBytes > 0 && b.freed.Load() > b.reclaimedAt.Load() {
+			// A few more reclaims follow on later ticks: a pass can find
+			// Badger's discard statistics not yet up to date (or versions
+			// still held by a reader) and rewrite nothing, and without new
+			// evictions nothing would ever try again.
+			switch {
+			case b.opts.ReclaimBytes > 0 && b.freed.Load() > b.reclaimedAt.Load():
 				_ = b.reclaim()
-			} else {
+				followUps = 3
+			case followUps > 0:
+				followUps--
+				_ = b.reclaim()
+			default:
 				_ = b.gc()
 			}
 		}
