@@ -12,17 +12,13 @@ import (
 
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/cli"
+	"github.com/flowrun/flowrun/runtime/cli/clitest"
 	"github.com/flowrun/flowrun/runtime/httpapi"
 )
 
 func runCLI(t *testing.T, dir string, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	wd, _ := os.Getwd()
-	os.Chdir(dir)
-	defer os.Chdir(wd)
-	code := cli.Run(args, strings.NewReader(""), &out, &errb)
-	return code, out.String(), errb.String()
+	return clitest.Run(t, dir, args...)
 }
 
 // TestCLIStatusTopScale runs the CLI (the test binary) in a child process

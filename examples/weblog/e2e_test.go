@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flowrun/flowrun/examples/weblog/flowlets"
 )
 
 // The end-to-end test: the weblog app (app.yaml: its parser is a plugin, in
@@ -66,14 +68,6 @@ func build(t testing.TB, dir, pkg string) string {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
 	return out
-}
-
-type results struct {
-	PageViews    map[string]int64 `json:"page_views"`
-	Visitors     map[string]int64 `json:"visitors"`
-	StatusCounts map[string]int64 `json:"status_counts"`
-	BytesPerHour map[string]int64 `json:"bytes_per_hour"`
-	Malformed    int64            `json:"malformed"`
 }
 
 func TestE2EKillRestart(t *testing.T) {
@@ -276,14 +270,14 @@ func TestE2EKillRestart(t *testing.T) {
 	// The dead-letter queue holds exactly the malformed lines: as many as
 	// the verifier counts (checked above through "malformed"), each a line
 	// of the log (as a multiset), and each malformed by the verifier's rules.
-	var res results
+	var res flowlets.Results
 	if b, err := os.ReadFile(resFile); err != nil {
 		t.Fatal(err)
 	} else if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
 	checkDeadLetters(t, logFile, dlqFile, res.Malformed)
-	var dlqRes results
+	var dlqRes flowlets.Results
 	if b, err := exec.Command(verify, "-log", dlqFile, "-print").Output(); err != nil {
 		t.Fatalf("verify -print of the dead letters: %v", err)
 	} else if err := json.Unmarshal(b, &dlqRes); err != nil {
@@ -406,7 +400,7 @@ func progress(t *testing.T, export, app, data string) int64 {
 	if err != nil {
 		t.Fatalf("export: %v", err)
 	}
-	var r results
+	var r flowlets.Results
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatal(err)
 	}

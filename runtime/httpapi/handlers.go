@@ -23,9 +23,6 @@ import (
 // valid UTF-8, {"base64": "..."} otherwise (as in the CLI's JSON).
 type Bytes = runtime.Bytes
 
-// NewBytes encodes b.
-func NewBytes(b []byte) Bytes { return runtime.NewBytes(b) }
-
 // ReadyJSON is the body of /ready.
 type ReadyJSON struct {
 	Ready   bool     `json:"ready"`

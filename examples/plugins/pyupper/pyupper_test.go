@@ -18,6 +18,7 @@ import (
 	"github.com/flowrun/flowrun/flowlet/flowlettest"
 	"github.com/flowrun/flowrun/internal/pluginhost"
 	"github.com/flowrun/flowrun/runtime/cli"
+	"github.com/flowrun/flowrun/runtime/cli/clitest"
 )
 
 // python is the interpreter of pyupper.py's shebang line.
@@ -177,15 +178,9 @@ connections:
   - {from: upper, to: sink}
 `
 
-// runCLI runs the flowrun CLI in dir.
 func runCLI(t *testing.T, dir string, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	wd, _ := os.Getwd()
-	os.Chdir(dir)
-	defer os.Chdir(wd)
-	code := cli.Run(args, strings.NewReader(""), &out, &errb)
-	return code, out.String(), errb.String()
+	return clitest.Run(t, dir, args...)
 }
 
 // TestApp runs an app whose flowlet is `plugin: <path to pyupper.py>`

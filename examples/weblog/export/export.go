@@ -13,15 +13,6 @@ import (
 	"github.com/flowrun/flowrun/planner"
 )
 
-// Results is the verifier's results JSON (examples/weblog/README.md).
-type Results struct {
-	PageViews    map[string]int64 `json:"page_views"`
-	Visitors     map[string]int64 `json:"visitors"`
-	StatusCounts map[string]int64 `json:"status_counts"`
-	BytesPerHour map[string]int64 `json:"bytes_per_hour"`
-	Malformed    int64            `json:"malformed"`
-}
-
 // Store is what Export reads from the final state of a stopped app: the
 // smallest interface over the runtime's state and dead-letter queues.
 type Store interface {
@@ -92,8 +83,8 @@ func FindRoles(plan *planner.Plan) (Roles, error) {
 }
 
 // Export reads the results of the app's flowlets from s.
-func Export(r Roles, s Store) (*Results, error) {
-	res := &Results{}
+func Export(r Roles, s Store) (*flowlets.Results, error) {
+	res := &flowlets.Results{}
 	var err error
 	if res.PageViews, err = counts(s, r.PageViews, flowlets.ViewsCounters); err != nil {
 		return nil, err

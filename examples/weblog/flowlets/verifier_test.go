@@ -21,14 +21,6 @@ func buildTool(t testing.TB, dir, pkg string) string {
 	return out
 }
 
-type results struct {
-	PageViews    map[string]int64 `json:"page_views"`
-	Visitors     map[string]int64 `json:"visitors"`
-	StatusCounts map[string]int64 `json:"status_counts"`
-	BytesPerHour map[string]int64 `json:"bytes_per_hour"`
-	Malformed    int64            `json:"malformed"`
-}
-
 // TestAgainstVerifier parses a generated log with LineParser alone (no
 // runtime) and has the independent verifier compare the results: the two
 // implementations of the README rules must agree on every line.
@@ -51,7 +43,7 @@ func TestAgainstVerifier(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := results{map[string]int64{}, map[string]int64{}, map[string]int64{}, map[string]int64{}, 0}
+		r := NewResults()
 		var p LineParser
 		for len(data) > 0 {
 			ln := data
