@@ -3,11 +3,21 @@
 // process's maximum resident set size and CPU time (getrusage of the child,
 // no /usr/bin/time needed), and checks the results with the verifier.
 //
-//	go run ./examples/weblog/bench [-lines 1000000] [-runs 3] [-no-sync] [-verify=true] [-app FILE] [-run-flags FLAGS]
+//	go run ./examples/weblog/bench [-lines 1000000] [-runs 3] [-no-sync] [-verify=true] [-app FILE] [-run-flags FLAGS] [-weblog BIN] [-sample 250ms]
 //
 // It builds the weblog CLI (examples/weblog/cmd/weblog), the generator, the
 // exporter and the verifier into a temporary directory, generates the log
 // once (-seed), and for each run starts from an empty data directory.
+//
+// While a run goes, /proc/PID/status and /proc/PID/io of the child are
+// sampled every -sample: the run's line then shows the anonymous memory
+// (RssAnon: Go heap, Badger's allocations) at a quarter, half, three
+// quarters and all of the bytes the child wrote, and the peaks of RssAnon and
+// RssFile (file-backed pages, mostly the memory-mapped value log and
+// tables). Flat RssAnon against bytes written is what "bounded memory"
+// means; RssFile is page cache the kernel can drop. -weblog runs a prebuilt
+// weblog binary instead of building one (e.g. an older commit's, for a
+// before/after comparison in one session).
 package main
 
 import (
@@ -30,6 +40,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 type result struct {
 	wall, user, sys time.Duration
 	maxRSS          int64 // bytes
+	mem             memTrace
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -43,6 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	app := fs.String("app", "examples/weblog/app.yaml", "the app file")
 	keep := fs.Bool("keep", false, "keep the work directory")
 	runFlags := fs.String("run-flags", "", "more flags for weblog run, space-separated (e.g. \"--max-backlog -1\")")
+	weblogBin := fs.String("weblog", "", "a prebuilt weblog binary to run (default: build ./examples/weblog/cmd/weblog)")
+	sample := fs.Duration("sample", 250*time.Millisecond, "sampling interval of the child's /proc memory figures (0: off)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -67,6 +80,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	bins := map[string]string{}
 	for _, pkg := range []string{"cmd/weblog", "gen", "export", "verify"} {
+		if pkg == "cmd/weblog" && *weblogBin != "" {
+			if bins["weblog"], err = filepath.Abs(*weblogBin); err != nil {
+				return fail(err)
+			}
+			continue
+		}
 		out := filepath.Join(dir, filepath.Base(pkg))
 		if b, err := exec.Command("go", "build", "-o", out, "./examples/weblog/"+pkg).CombinedOutput(); err != nil {
 			return fail(fmt.Errorf("go build ./examples/weblog/%s (run from the module root): %v\n%s", pkg, err, b))
@@ -102,10 +121,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		var errb bytes.Buffer
 		cmd.Stderr = &errb
 		start := time.Now()
-		if err := cmd.Run(); err != nil {
+		if err := cmd.Start(); err != nil {
+			return fail(fmt.Errorf("run %d: %v", i, err))
+		}
+		stopSampling := sampleMemory(cmd.Process.Pid, *sample)
+		err := cmd.Wait()
+		mem := stopSampling()
+		if err != nil {
 			return fail(fmt.Errorf("run %d: %v\n%s", i, err, tail(errb.String())))
 		}
-		r := result{wall: time.Since(start)}
+		r := result{wall: time.Since(start), mem: mem}
 		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 			r.maxRSS = ru.Maxrss * 1024 // KiB on Linux
 			r.user = time.Duration(ru.Utime.Nano())
@@ -126,6 +151,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "run %d: %7.2f s  %8.0f lines/s  max RSS %4d MiB  CPU %.1f s user + %.1f s sys  (%s)\n",
 			i, r.wall.Seconds(), float64(*lines)/r.wall.Seconds(), r.maxRSS>>20, r.user.Seconds(), r.sys.Seconds(), status)
+		if m := r.mem.String(); m != "" {
+			fmt.Fprintf(stdout, "       %s\n", m)
+		}
 		if !*keep {
 			os.RemoveAll(data)
 		}
