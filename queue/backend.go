@@ -59,6 +59,18 @@ type ConsumerDriver interface {
 	Dequeue(max int) ([]Entry, error)
 }
 
+// DequeueAppender is implemented by consumers (a ConsumerDriver, and so the
+// Consumer that Queues returns for it) that can dequeue into the caller's
+// slice. DequeueAppend is Dequeue, except that the entries (up to max) are
+// appended to dst, and the extended slice is returned. A caller that takes
+// the entries apart at once and reuses its slice from step to step (the
+// runtime does) saves allocating and growing one slice of entries per
+// Dequeue. The entries' byte slices are the caller's, as with Dequeue: only
+// the slice of entries is reused.
+type DequeueAppender interface {
+	DequeueAppend(dst []Entry, max int) ([]Entry, error)
+}
+
 // Notifier is implemented by consumers (a ConsumerDriver, and so the
 // Consumer that Queues returns for it) that can say when to look again
 // instead of being polled.

@@ -53,7 +53,8 @@ func appendEvent(dst []byte, ev *queue.Event) []byte {
 }
 
 // eventReader walks a packed value. Payloads and keys alias the value, which
-// the caller owns (a copy out of Badger).
+// the caller owns (a copy out of Badger); skip only steps over an event, so
+// it may walk Badger's own memory (see readRun).
 type eventReader struct {
 	b []byte
 }
@@ -73,6 +74,36 @@ func (r *eventReader) bytes() ([]byte, error) {
 	out := r.b[k : k+int(n) : k+int(n)]
 	r.b = r.b[k+int(n):]
 	return out, nil
+}
+
+// skip steps over one event without decoding it.
+func (r *eventReader) skip() error {
+	if len(r.b) < 1 {
+		return errCorrupt
+	}
+	flags := r.b[0]
+	r.b = r.b[1:]
+	if _, err := r.bytes(); err != nil {
+		return err
+	}
+	if flags&flagKey != 0 {
+		if _, err := r.bytes(); err != nil {
+			return err
+		}
+	}
+	if flags&flagTime != 0 {
+		_, k := binary.Varint(r.b)
+		if k <= 0 {
+			return errCorrupt
+		}
+		r.b = r.b[k:]
+	}
+	if flags&flagTrace != 0 {
+		if _, err := r.bytes(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (r *eventReader) next(ev *queue.Event) error {

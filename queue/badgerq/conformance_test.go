@@ -42,8 +42,9 @@ func dirBytes(dir string) int64 {
 }
 
 // newEnv opens a fresh backend; fast selects the single-store fast path
-// (BadgerLog) or the general path (in-memory coordinator, Persist/Rollback).
-func newEnv(t *testing.T, fast bool) *queuetest.Env {
+// (BadgerLog) or the general path (in-memory coordinator, Persist/Rollback);
+// mods change the backend's options.
+func newEnv(t *testing.T, fast bool, mods ...func(*Options)) *queuetest.Env {
 	dir := t.TempDir()
 	db := testDB(t, dir)
 	var log tx.Log
@@ -58,7 +59,11 @@ func newEnv(t *testing.T, fast bool) *queuetest.Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Open(db, Options{Coordinator: coord, FastPath: fast, EvictInterval: 20e6, ReclaimBytes: 4 << 20, GCInterval: 500e6})
+	opts := Options{Coordinator: coord, FastPath: fast, EvictInterval: 20e6, ReclaimBytes: 4 << 20, GCInterval: 500e6}
+	for _, m := range mods {
+		m(&opts)
+	}
+	b, err := Open(db, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

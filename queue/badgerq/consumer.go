@@ -41,8 +41,9 @@ type consumer struct {
 	persisted bool
 	now       time.Time
 
-	idx   []levelMax // scratch for readPartition
-	prios []uint8
+	idx     []levelMax // scratch for readPartition
+	prios   []uint8
+	scratch []queue.Entry // Dequeue gathers here, then returns a copy
 
 	// full: a Dequeue of the current transaction stopped at max, so its
 	// partitions may hold more; releasing them wakes waiting consumers (a
@@ -154,19 +155,34 @@ func (c *consumer) leaseLocked(p int) *work {
 	return w
 }
 
-// Dequeue implements queue.ConsumerDriver.
+// Dequeue implements queue.ConsumerDriver. The entries are gathered in a
+// slice the consumer keeps and returned in an exact-size copy: growing a
+// slice of entries by appending allocated about twice what it returned.
 func (c *consumer) Dequeue(max int) ([]queue.Entry, error) {
+	out, err := c.DequeueAppend(c.scratch[:0], max)
+	if err != nil || len(out) == 0 {
+		return nil, err
+	}
+	res := slices.Clone(out)
+	clear(out) // the payloads are the caller's: keep no references
+	c.scratch = out[:0]
+	return res, nil
+}
+
+// DequeueAppend implements queue.DequeueAppender: Dequeue into dst.
+func (c *consumer) DequeueAppend(dst []queue.Entry, max int) ([]queue.Entry, error) {
 	if c.t == nil {
-		return nil, queue.ErrNoTx
+		return dst, queue.ErrNoTx
 	}
 	if max <= 0 {
-		return nil, nil
+		return dst, nil
 	}
+	max += len(dst) // below, max bounds len(out)
 	c.q.mu.Lock()
 	parts, err := c.candidatesLocked()
 	c.q.mu.Unlock()
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
 	c.now = c.b.opts.Now()
 	// Opened at the first partition worth reading.
@@ -176,7 +192,7 @@ func (c *consumer) Dequeue(max int) ([]queue.Entry, error) {
 			txn.Discard()
 		}
 	}()
-	var out []queue.Entry
+	out := dst
 	for _, p := range parts {
 		if len(out) >= max {
 			break
@@ -192,7 +208,8 @@ func (c *consumer) Dequeue(max int) ([]queue.Entry, error) {
 			txn = c.b.db.NewTransaction(false)
 		}
 		if out, err = c.readPartition(txn, p, w, max, out); err != nil {
-			return nil, err
+			clear(out[len(dst):])
+			return dst, err
 		}
 		if !had && !w.changed {
 			c.q.mu.Lock()
@@ -367,29 +384,28 @@ func (c *consumer) readRun(it *badger.Iterator, lp []byte, p int, prio uint8, w 
 		if len(out) >= max {
 			return out, false, nil
 		}
-		val, err := item.ValueCopy(nil)
+		n := min(k.count-start, uint32(max-len(out)))
+		val, err := copyEvents(item, start, n)
 		if err != nil {
-			return out, false, err
+			return out, false, fmt.Errorf("badgerq: entry %d/%d/%d.%d: %w", p, prio, k.wp, k.chunk, err)
 		}
 		r, err := newEventReader(val)
 		if err != nil {
 			return out, false, err
 		}
 		enq := time.UnixMilli(k.ms)
-		idx := uint32(0)
-		for ; idx < k.count && len(out) < max; idx++ {
+		out = slices.Grow(out, int(n))
+		idx := start
+		for ; idx < start+n; idx++ {
 			var ev queue.Event
 			if err := r.next(&ev); err != nil {
 				return out, false, fmt.Errorf("badgerq: entry %d/%d/%d.%d: %w", p, prio, k.wp, k.chunk, err)
 			}
-			if idx < start {
-				continue
-			}
 			ev.Priority = prio
 			out = append(out, queue.Entry{ID: queue.EntryID{Partition: p, Priority: prio, Pointer: k.wp, Chunk: k.chunk, Index: idx}, Event: ev, Enqueued: enq})
 		}
-		w.delivered += uint64(idx - start)
-		w.st.consumed += uint64(idx - start)
+		w.delivered += uint64(n)
+		w.st.consumed += uint64(n)
 		w.changed = true
 		if idx < k.count {
 			*pos = position{wp: k.wp, chunk: k.chunk, idx: idx}
@@ -398,6 +414,38 @@ func (c *consumer) readRun(it *badger.Iterator, lp []byte, p int, prio uint8, w 
 		*pos = after
 	}
 	return out, true, nil
+}
+
+// copyEvents copies events [start, start+n) of a packed value out of Badger
+// into a packed value of their own (the delivered entries' payloads and keys
+// alias it). Only those events are copied: a Dequeue that stops inside a
+// 256 KiB chunk, and the next one that continues there, each copy their part
+// instead of the whole value.
+func copyEvents(item *badger.Item, start, n uint32) ([]byte, error) {
+	var val []byte
+	err := item.Value(func(v []byte) error {
+		r, err := newEventReader(v)
+		if err != nil {
+			return err
+		}
+		for range start {
+			if err := r.skip(); err != nil {
+				return err
+			}
+		}
+		from := len(v) - len(r.b)
+		for range n {
+			if err := r.skip(); err != nil {
+				return err
+			}
+		}
+		to := len(v) - len(r.b)
+		val = make([]byte, 1+to-from)
+		val[0] = valueVersion
+		copy(val[1:], v[from:to])
+		return nil
+	})
+	return val, err
 }
 
 // ChangeKeys reports nothing. Leases already serialize the transactions of

@@ -26,6 +26,13 @@ type producer struct {
 	rrPart, rrLeft int   // keyless events: current partition and room left in it
 	events, bytes  int64 // reserved against the depth limit
 	persisted      [][]byte
+
+	// free holds chunk buffers of committed transactions for the next
+	// ones (at most freeBytes of capacity): a chunk grown by appending from
+	// empty to ChunkBytes allocates about twice its size, and every
+	// transaction did that anew.
+	free      [][]byte
+	freeBytes int
 }
 
 type runBuf struct {
@@ -97,7 +104,7 @@ func (p *producer) Enqueue(ctx context.Context, ev queue.Event) error {
 	}
 	rb := p.bufs[i]
 	if n := len(rb.chunks); n == 0 || len(rb.chunks[n-1].val) >= p.b.opts.ChunkBytes {
-		rb.chunks = append(rb.chunks, chunk{val: append(make([]byte, 0, 512), valueVersion)})
+		rb.chunks = append(rb.chunks, chunk{val: append(p.buffer(), valueVersion)})
 	}
 	c := &rb.chunks[len(rb.chunks)-1]
 	c.val = appendEvent(c.val, &ev)
@@ -151,6 +158,7 @@ func (p *producer) PostCommit() {
 	q.release(p.events, p.bytes, false)
 	wrote := len(p.bufs) > 0
 	p.events, p.bytes = 0, 0
+	p.recycle()
 	p.reset()
 	if wrote {
 		// The commit is visible now: wake consumers waiting on Ready.
@@ -178,10 +186,48 @@ func (p *producer) Rollback() error {
 
 func (p *producer) reset() {
 	p.t = nil
+	clear(p.bufs) // the runBufs and their chunks: recycled or dropped
 	p.bufs = p.bufs[:0]
 	clear(p.index)
 	p.persisted = nil
 }
+
+// buffer returns an empty chunk buffer, a recycled one if there is one.
+func (p *producer) buffer() []byte {
+	if n := len(p.free); n > 0 {
+		b := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		p.freeBytes -= cap(b)
+		return b[:0]
+	}
+	return make([]byte, 0, 512)
+}
+
+// recycle keeps the chunk buffers of a committed transaction for the next
+// ones. Only after the commit: until then the values are the commit's
+// writes, and Badger holds them until its write returned (a commit whose
+// outcome is unknown, or a rollback, drops them instead). The kept capacity
+// is bounded by maxFreeBytes.
+func (p *producer) recycle() {
+	limit := p.maxFreeBytes()
+	for _, rb := range p.bufs {
+		for i := range rb.chunks {
+			b := rb.chunks[i].val
+			rb.chunks[i].val = nil
+			if cap(b) > 2*p.b.opts.ChunkBytes || p.freeBytes+cap(b) > limit {
+				continue
+			}
+			p.free = append(p.free, b)
+			p.freeBytes += cap(b)
+		}
+	}
+}
+
+// maxFreeBytes bounds the recycled capacity of one producer: four full
+// chunks (1 MiB by default), about what one step's keyless batch spread over
+// partitions, or a keyed batch over 64 partitions, uses.
+func (p *producer) maxFreeBytes() int { return 4 * p.b.opts.ChunkBytes }
 
 func (q *queueRT) isDeleted() bool {
 	q.mu.Lock()
