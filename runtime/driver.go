@@ -59,6 +59,9 @@ type input struct {
 	c      queue.Consumer
 	replay bool // entries are dead-letter records
 	taken  int  // entries dequeued in the current step
+	// entries is reused by every dequeue (the entries are turned into
+	// events at once) when the consumer is a queue.DequeueAppender.
+	entries []queue.Entry
 }
 
 // instance is one running copy of a flowlet: its own store, consumers,
@@ -95,7 +98,8 @@ type instance struct {
 	started atomic.Bool
 
 	sc       *stepCtx
-	next     int // round-robin start over inputs
+	evs      []inEvent // the step's input events, reused from step to step
+	next     int       // round-robin start over inputs
 	attempts map[string]int
 	lastErr  map[string]string
 	isolate  map[string]bool
@@ -503,6 +507,8 @@ func (in *instance) rollback() {
 // events are dead-lettered, or the app stops. It returns the number of
 // events consumed.
 func (in *instance) consumeStep(ctx context.Context) (int, error) {
+	// The events' payloads are the step's: drop them with it.
+	defer func() { clear(in.evs); in.evs = in.evs[:0] }()
 	for {
 		if in.stopping() {
 			return 0, nil // removed by Scale: the input goes to the new owner
@@ -590,7 +596,9 @@ type inEvent struct {
 // dequeue takes up to batch_size events, round-robin over the inputs.
 func (in *instance) dequeue() ([]inEvent, error) {
 	limit := in.fl.BatchSize
-	var out []inEvent
+	clear(in.evs)
+	out := in.evs[:0]
+	defer func() { in.evs = out }()
 	n := len(in.inputs)
 	for _, inp := range in.inputs {
 		inp.taken = 0
@@ -601,7 +609,7 @@ func (in *instance) dequeue() ([]inEvent, error) {
 			continue // found empty, and nothing committed to it since
 		}
 		want := limit - len(out)
-		entries, err := inp.c.Dequeue(want)
+		entries, err := inp.dequeue(want)
 		if err != nil {
 			inp.dirty.Store(true)
 			return nil, fmt.Errorf("%s: %w", inp.queue, err)
@@ -621,9 +629,22 @@ func (in *instance) dequeue() ([]inEvent, error) {
 			e.id = inp.queue + "/" + e.ev.ID
 			out = append(out, e)
 		}
+		clear(entries) // the events hold what they need
 	}
 	in.next = (in.next + 1) % max(n, 1)
 	return out, nil
+}
+
+// dequeue takes up to want entries, into the input's reused slice when the
+// consumer can append.
+func (inp *input) dequeue(want int) ([]queue.Entry, error) {
+	da, ok := inp.c.(queue.DequeueAppender)
+	if !ok {
+		return inp.c.Dequeue(want)
+	}
+	es, err := da.DequeueAppend(inp.entries[:0], want)
+	inp.entries = es[:0]
+	return es, err
 }
 
 func (inp *input) event(en *queue.Entry) (inEvent, error) {
@@ -650,14 +671,20 @@ func (inp *input) event(en *queue.Entry) (inEvent, error) {
 // retries.max times are in its dead letters.
 func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait time.Duration) {
 	maxTries := in.fl.Retry.Max + 1
-	live := evs[:0:0]
+	live := evs // unless some are dead-lettered: then a copy of the rest
+	copied := false
 	for i := range evs {
 		e := &evs[i]
 		if in.attempts[e.id] >= maxTries || in.perm[e.id] {
+			if !copied {
+				live, copied = append(make([]inEvent, 0, len(evs)), evs[:i]...), true
+			}
 			in.deadLetter(sc, e, in.lastErr[e.id])
 			continue
 		}
-		live = append(live, *e)
+		if copied {
+			live = append(live, *e)
+		}
 	}
 	if len(live) == 0 {
 		return false, 0
