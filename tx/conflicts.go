@@ -1,115 +1,179 @@
 package tx
 
-// conflictIndex detects write-write conflicts in O(keys) per commit: one table
-// from change-key hash to the sequence number of its last commit, instead of
-// Tephra's list of change sets that every check walks. While a transaction
-// holds a key (between CanCommit and its commit record landing), the entry is
-// marked pending with the holder's id, and the value it replaced is kept by
-// the holder to restore on abort. Keys older than the oldest in-progress
-// transaction can never conflict again and are swept.
+// conflictIndex detects write-write conflicts in O(keys) per commit, instead
+// of Tephra's list of change sets that every check walks.
+//
+// Committed keys live in generations: tables from change-key hash to the
+// sequence number of its last commit, each frozen once it holds genKeys keys.
+// A transaction only looks at generations with a commit after it started, so
+// the common young transaction probes one small table that stays in the CPU
+// cache, while the index as a whole still spans everything since the oldest
+// transaction in progress (a goroutine preempted mid-transaction keeps
+// thousands of later commits alive: one big table made every probe a cache
+// miss). A generation whose last commit is older than the oldest transaction
+// in progress can never conflict again and is dropped.
+//
+// Keys held between CanCommit and the commit record landing ("pending") sit in
+// a separate small table from key to holder, so releasing them on abort
+// restores nothing: the committed generations never change under a hold.
 type conflictIndex struct {
-	seq     uint64   // bumped by every commit that carried keys
-	keys    keyTable // key -> seq of its last commit, or pendingBit|holder id; 0 = none
-	sweepAt int      // sweep when the table holds this many keys
+	seq     uint64        // bumped by every commit that carried keys
+	holds   keyTable      // key -> pendingBit|holder id; 0 = not held
+	held    int           // live holds (holds.used also counts released slots)
+	gens    []*generation // oldest first; the last one takes new commits
+	genKeys int           // keys per generation before it is frozen
+	spare   *generation   // a dropped generation, kept for reuse
+	rotated bool          // a generation was frozen since the last prune
+}
+
+type generation struct {
+	keys   keyTable // key -> seq of its last commit in this generation
+	maxSeq uint64   // the newest commit recorded here
 }
 
 const (
 	pendingBit = uint64(1) << 63
-	minSweep   = 4096
+	// defaultGenKeys sizes a generation's table at 512 KiB: inside one
+	// core's L2 cache here, large enough that rotation is rare.
+	defaultGenKeys = 16 << 10
+	minHolds       = 1024
 )
 
 func newConflictIndex() conflictIndex {
-	return conflictIndex{keys: newKeyTable(minSweep), sweepAt: minSweep}
+	return newConflictIndexSized(defaultGenKeys)
 }
 
-// checkAndHold reserves keys (duplicates allowed) for transaction id, which started at startSeq,
-// unless one of them committed after it started or is held by another
-// transaction (pending). It returns the replaced values, for release.
-func (ci *conflictIndex) checkAndHold(id, startSeq uint64, keys, saved []uint64) (_ []uint64, pending, ok bool) {
-	if cap(saved) < len(keys) {
-		saved = make([]uint64, 0, len(keys))
+func newConflictIndexSized(genKeys int) conflictIndex {
+	return conflictIndex{
+		holds:   newKeyTable(minHolds),
+		gens:    []*generation{{keys: newKeyTable(genKeys)}},
+		genKeys: genKeys,
 	}
-	saved = saved[:0]
-	for _, k := range keys {
-		v := ci.keys.get(k)
-		if v&pendingBit != 0 {
-			if v&^pendingBit != id {
-				return saved, true, false
+}
+
+// checkAndHold reserves keys (duplicates allowed) for transaction id, which
+// started at startSeq, unless one of them committed after it started or is
+// held by another transaction (pending).
+func (ci *conflictIndex) checkAndHold(id, startSeq uint64, keys []uint64) (pending, ok bool) {
+	mark := pendingBit | id
+	if ci.held > 0 {
+		for _, k := range keys {
+			if h := ci.holds.get(k); h != 0 && h != mark {
+				return true, false
 			}
-		} else if v > startSeq {
-			return saved, false, false
 		}
-		saved = append(saved, v)
+	}
+	// Newest first: generations are in commit order, so the first one with
+	// nothing after startSeq ends the search.
+	for i := len(ci.gens) - 1; i >= 0; i-- {
+		g := ci.gens[i]
+		if g.maxSeq <= startSeq {
+			break
+		}
+		for _, k := range keys {
+			if g.keys.get(k) > startSeq {
+				return false, false
+			}
+		}
 	}
 	for _, k := range keys {
-		ci.keys.set(k, pendingBit|id)
-	}
-	return saved, false, true
-}
-
-// release gives back keys id holds, restoring what they replaced.
-func (ci *conflictIndex) release(id uint64, keys, saved []uint64) {
-	for i, k := range keys {
-		if ci.keys.get(k) != pendingBit|id {
-			continue
-		}
-		if i < len(saved) {
-			ci.keys.set(k, saved[i]) // 0 when the key was absent
-		} else {
-			ci.keys.set(k, 0)
+		if ci.holds.get(k) != mark {
+			ci.holdsSet(k, mark)
+			ci.held++
 		}
 	}
+	return false, true
 }
 
-// commit records keys as committed now (replacing their pending marks).
-func (ci *conflictIndex) commit(keys []uint64) {
+// release gives back keys id holds.
+func (ci *conflictIndex) release(id uint64, keys []uint64) {
+	mark := pendingBit | id
+	for _, k := range keys {
+		if ci.holds.get(k) == mark {
+			ci.holds.set(k, 0)
+			ci.held--
+		}
+	}
+}
+
+// holdsSet stores a hold, first rebuilding the holds table when released
+// slots (kept as zero values) would make it grow.
+func (ci *conflictIndex) holdsSet(k, v uint64) {
+	if (ci.holds.used+1)*4 > len(ci.holds.slots)*3 && ci.held*4 < len(ci.holds.slots) {
+		live := newKeyTable(max(minHolds, 2*ci.held))
+		ci.holds.each(func(k, v uint64) { live.set(k, v) })
+		ci.holds = live
+	}
+	ci.holds.set(k, v)
+}
+
+// commit records keys as committed now, ending id's holds on them.
+func (ci *conflictIndex) commit(id uint64, keys []uint64) {
 	if len(keys) == 0 {
 		return
 	}
+	ci.release(id, keys)
 	ci.seq++
+	g := ci.gens[len(ci.gens)-1]
 	for _, k := range keys {
-		ci.keys.set(k, ci.seq)
+		g.keys.set(k, ci.seq)
 	}
+	g.maxSeq = ci.seq
+	if g.keys.used >= ci.genKeys {
+		ci.gens = append(ci.gens, ci.newGeneration())
+		ci.rotated = true
+	}
+}
+
+func (ci *conflictIndex) newGeneration() *generation {
+	if g := ci.spare; g != nil {
+		ci.spare = nil
+		g.keys.clear()
+		g.maxSeq = ci.seq
+		return g
+	}
+	// maxSeq starts at the current sequence so that it never decreases from
+	// one generation to the next: the newest-first search relies on it.
+	return &generation{keys: newKeyTable(ci.genKeys), maxSeq: ci.seq}
 }
 
 // pruneBelow forgets commits with a sequence below bound: no transaction that
-// started at or after bound-1 can conflict with them. It only sweeps once the
-// map has doubled since the last sweep, so its cost is O(1) per commit
-// amortized and the map stays within twice the live window (at least 4096).
+// started at or after bound-1 can conflict with them. Whole generations go;
+// the one taking commits is cleared instead when everything in it is older.
 func (ci *conflictIndex) pruneBelow(bound uint64) {
-	if ci.keys.used < ci.sweepAt {
-		return
+	ci.rotated = false
+	n := 0
+	for n < len(ci.gens)-1 && ci.gens[n].maxSeq < bound {
+		n++
 	}
-	// Copy the survivors into a fresh table: it drops the slots of absent
-	// keys too, and is sized for the next cycle so that it need not grow.
-	live := newKeyTable(ci.sweepAt)
-	ci.keys.each(func(k, v uint64) {
-		if v&pendingBit != 0 || v >= bound {
-			live.set(k, v)
-		}
-	})
-	ci.keys = live
-	ci.sweepAt = max(minSweep, 2*ci.keys.used)
+	if n > 0 {
+		ci.spare = ci.gens[n-1]
+		ci.gens = append(ci.gens[:0], ci.gens[n:]...)
+	}
+	if len(ci.gens) == 1 && ci.gens[0].maxSeq < bound && ci.gens[0].keys.used > 0 {
+		ci.gens[0].keys.clear()
+	}
 }
 
-// reset forgets every key; only when no transaction is in progress.
-func (ci *conflictIndex) reset() {
-	if len(ci.keys.slots) > 16*minSweep {
-		ci.keys = newKeyTable(minSweep) // do not keep a grown table
-	} else {
-		ci.keys.clear()
-	}
-	ci.sweepAt = minSweep
-}
-
-// committedKeys calls fn for every committed (not pending) key.
+// committedKeys calls fn once for every committed key with its newest commit.
 func (ci *conflictIndex) committedKeys(fn func(key, seq uint64)) {
-	ci.keys.each(func(k, v uint64) {
-		if v&pendingBit == 0 {
-			fn(k, v)
-		}
-	})
+	seen := newKeyTable(ci.size())
+	for i := len(ci.gens) - 1; i >= 0; i-- {
+		ci.gens[i].keys.each(func(k, v uint64) {
+			if seen.get(k) == 0 {
+				seen.set(k, 1)
+				fn(k, v)
+			}
+		})
+	}
 }
 
-// size is the number of slots in use (a bound on the keys kept).
-func (ci *conflictIndex) size() int { return ci.keys.used }
+// size is the number of committed keys kept (counting a key once per
+// generation it was committed in) plus the keys held.
+func (ci *conflictIndex) size() int {
+	n := ci.held
+	for _, g := range ci.gens {
+		n += g.keys.used
+	}
+	return n
+}

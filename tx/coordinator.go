@@ -84,7 +84,6 @@ type txState struct {
 	pointers []uint64 // checkpoint pointers after id
 	startSeq uint64   // commit sequence when it started: conflicts are commits after it
 	keys     []uint64 // change keys held as pending since CanCommit
-	saved    []uint64 // what holding keys replaced in the conflict index
 	// committing: passed CanCommit, so participants may have persisted data.
 	committing bool
 	// finalizing: its commit record is being written; it cannot expire now.
@@ -442,10 +441,9 @@ func (c *Coordinator) appendDurable(e Edit, writes []Write) error {
 }
 
 func (c *Coordinator) reserveKeysLocked(st *txState, keys []uint64) error {
-	c.conflicts.release(st.id, st.keys, st.saved)
+	c.conflicts.release(st.id, st.keys)
 	st.keys = nil
-	saved, pending, ok := c.conflicts.checkAndHold(st.id, st.startSeq, keys, st.saved)
-	st.saved = saved
+	pending, ok := c.conflicts.checkAndHold(st.id, st.startSeq, keys)
 	if !ok {
 		c.stats.conflicts++
 		return &ConflictError{TxID: st.id, Pending: pending}
@@ -495,7 +493,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged bool)
 		// whole commit beats three under contention.
 		err = c.appendLocked(c.committedEdit(st), true)
 		if err == nil {
-			c.conflicts.commit(st.keys)
+			c.conflicts.commit(st.id, st.keys)
 			st.keys = nil
 			c.finishLocked(st)
 			c.stats.committed++
@@ -515,7 +513,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged bool)
 	err = c.appendDurable(c.committedEdit(st), writes)
 	c.mu.Lock()
 	if err == nil {
-		c.conflicts.commit(st.keys)
+		c.conflicts.commit(st.id, st.keys)
 		st.keys = nil // committed: nothing to release
 		c.finishLocked(st)
 		c.stats.committed++
@@ -537,16 +535,12 @@ func (c *Coordinator) finishLocked(st *txState) {
 	for _, p := range st.pointers {
 		c.removeOrderedLocked(p)
 	}
-	c.conflicts.release(st.id, st.keys, st.saved)
+	c.conflicts.release(st.id, st.keys)
 	c.readPointer = max(c.readPointer, st.maxPointer())
 	c.dirty = true
-	c.maxConflictKeys = max(c.maxConflictKeys, c.conflicts.size())
-	if c.conflicts.size() >= c.conflicts.sweepAt {
-		if len(c.inProgress) == 0 {
-			c.conflicts.reset() // nothing in progress: no key can conflict or be held
-		} else {
-			c.conflicts.pruneBelow(c.oldestStartSeqLocked() + 1)
-		}
+	if c.conflicts.rotated {
+		c.maxConflictKeys = max(c.maxConflictKeys, c.conflicts.size())
+		c.conflicts.pruneBelow(c.oldestStartSeqLocked() + 1)
 	}
 }
 

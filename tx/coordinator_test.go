@@ -127,7 +127,7 @@ func TestConflictWithCommitInFlight(t *testing.T) {
 	}
 	c.mu.Lock()
 	c.finishLocked(st)
-	c.conflicts.commit(st.keys)
+	c.conflicts.commit(st.id, st.keys)
 	c.mu.Unlock()
 	if err := c.CanCommit(b, x); !errors.Is(err, ErrConflict) {
 		t.Fatalf("b = %v, want ErrConflict", err)
@@ -215,6 +215,7 @@ func TestInvalidateAndPrune(t *testing.T) {
 
 func TestCommittedKeysArePruned(t *testing.T) {
 	c := mustOpen(t, Options{})
+	c.conflicts = newConflictIndexSized(1000) // generations of 1000 keys
 	start := must[*Tx](t)
 	commitKey := func(i int) {
 		tx := start(c.StartShort(time.Minute))
@@ -232,9 +233,20 @@ func TestCommittedKeysArePruned(t *testing.T) {
 	if n := c.Stats().ConflictKeys; n != 5000 {
 		t.Fatalf("with an old tx in progress every key must be kept: %d", n)
 	}
-	// The old transaction still conflicts with the first of them.
-	if err := c.CanCommit(old, [][]byte{{0, 0, 0}}); !errors.Is(err, ErrConflict) {
-		t.Fatalf("old tx = %v, want ErrConflict", err)
+	// The old transaction still conflicts with the first of them, and with
+	// one from the generation taking commits.
+	for _, k := range [][]byte{{0, 0, 0}, {0x87, 0x13, 0}} {
+		if err := c.CanCommit(old, [][]byte{k}); !errors.Is(err, ErrConflict) {
+			t.Fatalf("old tx, key %v = %v, want ErrConflict", k, err)
+		}
+	}
+	// A transaction started now conflicts with none of them.
+	young := start(c.StartShort(time.Minute))
+	if err := c.CanCommit(young, [][]byte{{0, 0, 0}, {0x87, 0x13, 0}}); err != nil {
+		t.Fatalf("young tx: %v", err)
+	}
+	if err := c.Abort(young); err != nil {
+		t.Fatal(err)
 	}
 	if err := c.Abort(old); err != nil {
 		t.Fatal(err)
@@ -242,8 +254,38 @@ func TestCommittedKeysArePruned(t *testing.T) {
 	for i := 5000; i < 10000; i++ {
 		commitKey(i)
 	}
-	if n := c.Stats().ConflictKeys; n >= 5000 {
-		t.Fatalf("with no old tx the index must have been swept: %d keys kept", n)
+	if n := c.Stats().ConflictKeys; n > 1000 {
+		t.Fatalf("with no old tx the index must have been pruned to one generation: %d keys kept", n)
+	}
+}
+
+// A hold released by an abort restores what other transactions see: the
+// committed key still conflicts with those that started before its commit.
+func TestAbortKeepsCommittedKey(t *testing.T) {
+	c := mustOpen(t, Options{})
+	start := must[*Tx](t)
+	x := [][]byte{[]byte("x")}
+	early := start(c.StartShort(time.Minute))
+	a := start(c.StartShort(time.Minute))
+	if err := c.CanCommit(a, x); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Commit(a); err != nil {
+		t.Fatal(err)
+	}
+	b := start(c.StartShort(time.Minute))
+	if err := c.CanCommit(b, x); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Abort(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CanCommit(early, x); !errors.Is(err, ErrConflict) {
+		t.Fatalf("early tx after b's abort = %v, want ErrConflict", err)
+	}
+	d := start(c.StartShort(time.Minute))
+	if err := c.CanCommit(d, x); err != nil {
+		t.Fatalf("d after b's abort: %v", err)
 	}
 }
 

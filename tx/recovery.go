@@ -80,7 +80,7 @@ func (c *Coordinator) restore(s *State, edits []Edit) {
 			keys = append(keys, k)
 		}
 		// One commit at seq 1; recovered transactions have startSeq 0, new ones >= 1.
-		c.conflicts.commit(keys)
+		c.conflicts.commit(0, keys)
 	}
 	for _, st := range c.inProgress {
 		c.ordered = append(c.ordered, st.allPointers()...)
@@ -89,9 +89,8 @@ func (c *Coordinator) restore(s *State, edits []Edit) {
 			st.keys = nil
 			// Recovered committing transactions keep their keys (startSeq 1
 			// lets them hold keys committed before the crash).
-			saved, _, ok := c.conflicts.checkAndHold(st.id, 1, keys, nil)
-			if ok {
-				st.keys, st.saved = keys, saved
+			if _, ok := c.conflicts.checkAndHold(st.id, 1, keys); ok {
+				st.keys = keys
 			}
 		}
 	}
