@@ -3,12 +3,16 @@ package plugin
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -20,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/flowlet/plugin/channel"
 	pb "github.com/flowrun/flowrun/proto/flowletpb"
 )
 
@@ -42,6 +47,8 @@ type server struct {
 	sc     stepCtx
 	dlec   dleCtx
 	evs    []flowlet.Event
+
+	chanOpen bool // OpenChannel was called
 }
 
 func newServer(broker *goplugin.GRPCBroker, nf func() flowlet.Flowlet, info flowlet.TypeInfo, stderr *os.File) *server {
@@ -231,25 +238,114 @@ func (s *server) Steps(stream pb.Flowlet_StepsServer) error {
 			}
 			return err
 		}
-		var resp *pb.StepResponse
-		switch call.Op {
-		case pb.StepCall_PROCESS_BATCH:
-			if call.Batch == nil {
-				return status.Error(codes.InvalidArgument, "flowrun plugin: PROCESS_BATCH without a batch")
-			}
-			resp, err = s.ProcessBatch(ctx, call.Batch)
-		case pb.StepCall_GENERATE:
-			resp, err = s.Generate(ctx, call.Step)
-		case pb.StepCall_TICK:
-			resp, err = s.Tick(ctx, call.Step)
-		default:
-			return status.Errorf(codes.InvalidArgument, "flowrun plugin: unknown step op %v", call.Op)
-		}
+		resp, err := s.step(ctx, call)
 		if err != nil {
 			return err
 		}
 		if err := stream.Send(resp); err != nil {
 			return err
+		}
+	}
+}
+
+// step runs one StepCall of Steps or of the step channel.
+func (s *server) step(ctx context.Context, call *pb.StepCall) (*pb.StepResponse, error) {
+	switch call.Op {
+	case pb.StepCall_PROCESS_BATCH:
+		if call.Batch == nil {
+			return nil, status.Error(codes.InvalidArgument, "flowrun plugin: PROCESS_BATCH without a batch")
+		}
+		return s.ProcessBatch(ctx, call.Batch)
+	case pb.StepCall_GENERATE:
+		return s.Generate(ctx, call.Step)
+	case pb.StepCall_TICK:
+		return s.Tick(ctx, call.Step)
+	}
+	return nil, status.Errorf(codes.InvalidArgument, "flowrun plugin: unknown step op %v", call.Op)
+}
+
+// channelAcceptTimeout bounds the wait for the host to connect to the step
+// channel (and its TLS handshake).
+const channelAcceptTimeout = 30 * time.Second
+
+// OpenChannel listens on a new socket for the step channel (package
+// channel) and returns its address and the plugin's certificate for it.
+func (s *server) OpenChannel(ctx context.Context, req *pb.ChannelRequest) (*pb.ChannelResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return nil, status.Error(codes.FailedPrecondition, "flowrun plugin: OpenChannel before Init")
+	}
+	if s.chanOpen {
+		return nil, status.Error(codes.FailedPrecondition, "flowrun plugin: OpenChannel called twice")
+	}
+	if len(req.HostCert) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "flowrun plugin: OpenChannel without the host's certificate")
+	}
+	cert, err := channel.NewCert()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "flowrun plugin: step channel certificate: %v", err)
+	}
+	dir := os.Getenv("PLUGIN_UNIX_SOCKET_DIR")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	var rnd [8]byte
+	_, _ = crand.Read(rnd[:])
+	addr := filepath.Join(dir, fmt.Sprintf("steps-%d-%x.sock", os.Getpid(), rnd))
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "flowrun plugin: step channel: %v", err)
+	}
+	s.chanOpen = true
+	go s.serveChannel(l, channel.Config(cert, req.HostCert))
+	return &pb.ChannelResponse{Network: "unix", Address: addr, PluginCert: cert.Certificate[0]}, nil
+}
+
+// serveChannel accepts the host's connection (the first one that presents
+// the host's certificate), then serves steps on it until it closes.
+func (s *server) serveChannel(l *net.UnixListener, cfg *tls.Config) {
+	deadline := time.Now().Add(channelAcceptTimeout)
+	_ = l.SetDeadline(deadline)
+	var c *channel.Conn
+	for c == nil {
+		raw, err := l.Accept()
+		if err != nil {
+			l.Close()
+			fmt.Fprintln(s.stderr, "flowrun plugin: step channel: the host did not connect:", err)
+			return
+		}
+		cc := channel.Server(raw, cfg)
+		hctx, cancel := context.WithDeadline(context.Background(), deadline)
+		if err := cc.Handshake(hctx); err != nil {
+			raw.Close()
+			fmt.Fprintln(s.stderr, "flowrun plugin: step channel: refused a connection:", err)
+		} else {
+			c = cc
+		}
+		cancel()
+	}
+	l.Close() // removes the socket file: nobody else connects
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var call pb.StepCall
+	for {
+		if err := c.Read(&call); err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				fmt.Fprintln(s.stderr, "flowrun plugin: step channel:", err)
+			}
+			return
+		}
+		resp, err := s.step(ctx, &call)
+		if err != nil {
+			// The host sent a step it must not (Steps would end the stream
+			// with this status): end the channel; the host's step fails.
+			fmt.Fprintln(s.stderr, "flowrun plugin: step channel:", status.Convert(err).Message())
+			return
+		}
+		if err := c.Write(resp); err != nil {
+			return
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,6 +145,30 @@ func (in *inst) PID() int {
 	return in.pr.pid
 }
 
+// Transport says how the steps of the instance's running process travel:
+// "channel" (the step channel), "steps" (the Steps stream), "unary" (one
+// call per step), or "" when no process is running or it has not made a
+// step yet and has no channel (for tests and diagnostics).
+func (in *inst) Transport() string {
+	in.pmu.Lock()
+	pr := in.pr
+	in.pmu.Unlock()
+	if pr == nil {
+		return ""
+	}
+	pr.smu.Lock()
+	defer pr.smu.Unlock()
+	switch {
+	case pr.ch != nil:
+		return "channel"
+	case pr.noSteps:
+		return "unary"
+	case pr.steps != nil:
+		return "steps"
+	}
+	return ""
+}
+
 func (in *inst) setProc(pr *proc) *proc {
 	in.pmu.Lock()
 	defer in.pmu.Unlock()
@@ -234,6 +259,12 @@ func (in *inst) ensure(ctx context.Context) (*proc, error) {
 		}
 		return nil, in.callError("Init", err, ctx.Err() == nil && errors.Is(ictx.Err(), context.DeadlineExceeded), pr)
 	}
+	if err := pr.openChannel(ictx); err != nil {
+		pr.kill()
+		in.fails++
+		in.lastFail = time.Now()
+		return nil, in.callError("OpenChannel", err, ctx.Err() == nil && errors.Is(ictx.Err(), context.DeadlineExceeded), pr)
+	}
 	in.setProc(pr)
 	return pr, nil
 }
@@ -247,12 +278,17 @@ var opNames = map[pb.StepCall_Op]string{
 // Steps. The call is bounded by the call timeout and by ctx; either ends
 // the stream (the caller then kills the process).
 func (in *inst) step(ctx context.Context, pr *proc, call *pb.StepCall) (resp *pb.StepResponse, timedOut bool, err error) {
+	if pr.ch != nil {
+		return in.channelStep(ctx, pr, call)
+	}
 	if !pr.noSteps {
 		resp, timedOut, err = in.stream(ctx, pr, call)
 		if status.Code(err) != codes.Unimplemented {
 			return resp, timedOut, err
 		}
+		pr.smu.Lock()
 		pr.noSteps = true // an older or foreign plugin: the step did not run
+		pr.smu.Unlock()
 		pr.closeSteps()
 	}
 	cctx, cancel := context.WithTimeout(ctx, in.p.opts.CallTimeout)
@@ -287,6 +323,27 @@ func (in *inst) stream(ctx context.Context, pr *proc, call *pb.StepCall) (*pb.St
 		err = errors.New("empty step response")
 	}
 	return resp, timedOut.Load(), err
+}
+
+// channelStep runs a step over the process's step channel: one frame each
+// way, written and read by this goroutine. The deadline and ctx abort it
+// by expiring the connection's deadline (the caller then kills the
+// process).
+func (in *inst) channelStep(ctx context.Context, pr *proc, call *pb.StepCall) (*pb.StepResponse, bool, error) {
+	c := pr.ch
+	if err := c.SetDeadline(time.Now().Add(in.p.opts.CallTimeout)); err != nil {
+		return nil, false, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	err := c.Write(call)
+	if err == nil {
+		err = c.Read(&pr.resp)
+	}
+	stop()
+	if err != nil {
+		return nil, ctx.Err() == nil && errors.Is(err, os.ErrDeadlineExceeded), err
+	}
+	return &pr.resp, false, nil
 }
 
 // callError describes a failed call; the process has been killed.

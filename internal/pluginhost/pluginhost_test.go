@@ -74,6 +74,8 @@ func open(t testing.TB, name, path string, o pluginhost.Options) *pluginhost.Plu
 
 func pid(f flowlet.Flowlet) int { return f.(interface{ PID() int }).PID() }
 
+func transport(f flowlet.Flowlet) string { return f.(interface{ Transport() string }).Transport() }
+
 func ev(payload string) flowlet.Event { return flowlettest.Event(payload) }
 
 func TestRoundTrip(t *testing.T) {
@@ -119,6 +121,9 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if w := ctx.Emits("whoami"); !slices.Equal(w, []string{"upper/1/3"}) {
 		t.Errorf("whoami: %v", w)
+	}
+	if tr := transport(f); tr != "channel" {
+		t.Errorf("a Go SDK plugin's steps go over %q, want the step channel", tr)
 	}
 
 	// State through the broker: writes in order, reads see the step's own
@@ -313,6 +318,9 @@ func TestKillMidBatch(t *testing.T) {
 		if pids[pid(f)] {
 			t.Fatalf("after kill %d: same pid %d", i, pid(f))
 		}
+		if tr := transport(f); tr != "channel" {
+			t.Fatalf("after kill %d: the restarted process's steps go over %q, want the step channel", i, tr)
+		}
 	}
 	if got := ctx.Emits("out"); len(got) != 5 || got[0] != "v-AGAIN" {
 		t.Errorf("emits after restarts: %v (the restarted plugin must get its config)", got)
@@ -491,5 +499,44 @@ func TestUnaryPlugin(t *testing.T) {
 	ctx.Commit()
 	if got := ctx.Emits("out"); !slices.Equal(got, []string{"A", "B", "A", "B", "A", "B"}) {
 		t.Errorf("out %v", got)
+	}
+	if tr := transport(f); tr != "unary" {
+		t.Errorf("transport %q, want unary", tr)
+	}
+}
+
+// TestCancelledStep: cancelling the step's context (a shutdown) aborts a
+// step in flight on the step channel at once, well before the deadline;
+// the process is killed, nothing of the step is applied, and the next step
+// runs in a new process.
+func TestCancelledStep(t *testing.T) {
+	p := open(t, "cancel", "testplugin", options(t, nil)) // 20s deadline
+	f := p.New()
+	ctx := flowlettest.New("cancel")
+	if err := ctx.Init(f, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer f.(flowlet.Closer).Close()
+	old := pid(f)
+	cctx, cancel := context.WithCancel(context.Background())
+	ctx.Context = cctx
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	err := ctx.Process(f, ev("count:n"), ev("sleep:10000"))
+	if err == nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("want a cancelled step, got %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the cancelled step returned after %v", d)
+	}
+	if ctx.Count("c", "n") != 0 {
+		t.Errorf("the cancelled step left state: %v", ctx.CountersMap("c"))
+	}
+	ctx.Context = context.Background()
+	if err := ctx.Process(f, ev("after")); err != nil {
+		t.Fatal(err)
+	}
+	if p := pid(f); p == old || p == 0 {
+		t.Errorf("pid %d after the cancelled step (was %d)", p, old)
 	}
 }

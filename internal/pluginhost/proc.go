@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"sort"
@@ -17,9 +18,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/status"
 
 	"github.com/flowrun/flowrun/flowlet/plugin"
+	"github.com/flowrun/flowrun/flowlet/plugin/channel"
 	pb "github.com/flowrun/flowrun/proto/flowletpb"
 )
 
@@ -41,6 +45,48 @@ type proc struct {
 	stepsCancel context.CancelFunc
 	stepsDone   bool
 	noSteps     bool
+
+	// The step channel (package channel), opened after Init when the
+	// plugin implements OpenChannel; nil otherwise. resp is its reused
+	// response.
+	ch   *channel.Conn
+	resp pb.StepResponse
+}
+
+// openChannel opens the process's step channel: it sends a fresh
+// certificate with OpenChannel over the AutoMTLS connection, dials the
+// socket the plugin answers with and runs a TLS handshake that accepts
+// exactly the plugin's certificate. A plugin without OpenChannel
+// (codes.Unimplemented) keeps pr.ch nil and gets Steps or unary calls.
+func (pr *proc) openChannel(ctx context.Context) error {
+	cert, err := channel.NewCert()
+	if err != nil {
+		return err
+	}
+	r, err := pr.client.OpenChannel(ctx, &pb.ChannelRequest{HostCert: cert.Certificate[0]})
+	if status.Code(err) == codes.Unimplemented {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if r.Network != "unix" {
+		return fmt.Errorf("step channel: network %q (only unix is supported)", r.Network)
+	}
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, r.Network, r.Address)
+	if err != nil {
+		return fmt.Errorf("step channel: %w", err)
+	}
+	c := channel.Client(raw, channel.Config(cert, r.PluginCert))
+	if err := c.Handshake(ctx); err != nil {
+		raw.Close()
+		return fmt.Errorf("step channel: %w", err)
+	}
+	pr.smu.Lock()
+	pr.ch = c
+	pr.smu.Unlock()
+	return nil
 }
 
 // openSteps returns the process's Steps stream, opening it if needed.
@@ -70,6 +116,9 @@ func (pr *proc) closeSteps() {
 	pr.stepsDone = true
 	if pr.stepsCancel != nil {
 		pr.stepsCancel()
+	}
+	if pr.ch != nil {
+		pr.ch.Close()
 	}
 }
 

@@ -81,7 +81,7 @@ func (x StepCall_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StepCall_Op.Descriptor instead.
 func (StepCall_Op) EnumDescriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{0, 0}
+	return file_flowlet_proto_rawDescGZIP(), []int{2, 0}
 }
 
 type StateOp_Kind int32
@@ -133,7 +133,7 @@ func (x StateOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StateOp_Kind.Descriptor instead.
 func (StateOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{12, 0}
+	return file_flowlet_proto_rawDescGZIP(), []int{14, 0}
 }
 
 type Error_Kind int32
@@ -188,7 +188,117 @@ func (x Error_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Error_Kind.Descriptor instead.
 func (Error_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{14, 0}
+	return file_flowlet_proto_rawDescGZIP(), []int{16, 0}
+}
+
+type ChannelRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The host's certificate for the channel (DER): the plugin accepts a
+	// connection that presents exactly this one.
+	HostCert      []byte `protobuf:"bytes,1,opt,name=host_cert,json=hostCert,proto3" json:"host_cert,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelRequest) Reset() {
+	*x = ChannelRequest{}
+	mi := &file_flowlet_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelRequest) ProtoMessage() {}
+
+func (x *ChannelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlet_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelRequest.ProtoReflect.Descriptor instead.
+func (*ChannelRequest) Descriptor() ([]byte, []int) {
+	return file_flowlet_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ChannelRequest) GetHostCert() []byte {
+	if x != nil {
+		return x.HostCert
+	}
+	return nil
+}
+
+type ChannelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Where the plugin listens (network "unix" and a socket path); it accepts
+	// one connection.
+	Network string `protobuf:"bytes,1,opt,name=network,proto3" json:"network,omitempty"`
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// The plugin's certificate for the channel (DER): the host accepts
+	// exactly this one.
+	PluginCert    []byte `protobuf:"bytes,3,opt,name=plugin_cert,json=pluginCert,proto3" json:"plugin_cert,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelResponse) Reset() {
+	*x = ChannelResponse{}
+	mi := &file_flowlet_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelResponse) ProtoMessage() {}
+
+func (x *ChannelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlet_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelResponse.ProtoReflect.Descriptor instead.
+func (*ChannelResponse) Descriptor() ([]byte, []int) {
+	return file_flowlet_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ChannelResponse) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *ChannelResponse) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ChannelResponse) GetPluginCert() []byte {
+	if x != nil {
+		return x.PluginCert
+	}
+	return nil
 }
 
 type StepCall struct {
@@ -202,7 +312,7 @@ type StepCall struct {
 
 func (x *StepCall) Reset() {
 	*x = StepCall{}
-	mi := &file_flowlet_proto_msgTypes[0]
+	mi := &file_flowlet_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -214,7 +324,7 @@ func (x *StepCall) String() string {
 func (*StepCall) ProtoMessage() {}
 
 func (x *StepCall) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[0]
+	mi := &file_flowlet_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -227,7 +337,7 @@ func (x *StepCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepCall.ProtoReflect.Descriptor instead.
 func (*StepCall) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{0}
+	return file_flowlet_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StepCall) GetOp() StepCall_Op {
@@ -259,7 +369,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_flowlet_proto_msgTypes[1]
+	mi := &file_flowlet_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +381,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[1]
+	mi := &file_flowlet_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +394,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{1}
+	return file_flowlet_proto_rawDescGZIP(), []int{3}
 }
 
 type TypeInfo struct {
@@ -304,7 +414,7 @@ type TypeInfo struct {
 
 func (x *TypeInfo) Reset() {
 	*x = TypeInfo{}
-	mi := &file_flowlet_proto_msgTypes[2]
+	mi := &file_flowlet_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +426,7 @@ func (x *TypeInfo) String() string {
 func (*TypeInfo) ProtoMessage() {}
 
 func (x *TypeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[2]
+	mi := &file_flowlet_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +439,7 @@ func (x *TypeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeInfo.ProtoReflect.Descriptor instead.
 func (*TypeInfo) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{2}
+	return file_flowlet_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TypeInfo) GetOutputs() []string {
@@ -396,7 +506,7 @@ type InitRequest struct {
 
 func (x *InitRequest) Reset() {
 	*x = InitRequest{}
-	mi := &file_flowlet_proto_msgTypes[3]
+	mi := &file_flowlet_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -408,7 +518,7 @@ func (x *InitRequest) String() string {
 func (*InitRequest) ProtoMessage() {}
 
 func (x *InitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[3]
+	mi := &file_flowlet_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -421,7 +531,7 @@ func (x *InitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitRequest.ProtoReflect.Descriptor instead.
 func (*InitRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{3}
+	return file_flowlet_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *InitRequest) GetName() string {
@@ -468,7 +578,7 @@ type InitResponse struct {
 
 func (x *InitResponse) Reset() {
 	*x = InitResponse{}
-	mi := &file_flowlet_proto_msgTypes[4]
+	mi := &file_flowlet_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +590,7 @@ func (x *InitResponse) String() string {
 func (*InitResponse) ProtoMessage() {}
 
 func (x *InitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[4]
+	mi := &file_flowlet_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +603,7 @@ func (x *InitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResponse.ProtoReflect.Descriptor instead.
 func (*InitResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{4}
+	return file_flowlet_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *InitResponse) GetInfo() *TypeInfo {
@@ -513,7 +623,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_flowlet_proto_msgTypes[5]
+	mi := &file_flowlet_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +635,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[5]
+	mi := &file_flowlet_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +648,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{5}
+	return file_flowlet_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *KeyValue) GetName() string {
@@ -570,7 +680,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_flowlet_proto_msgTypes[6]
+	mi := &file_flowlet_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +692,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[6]
+	mi := &file_flowlet_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +705,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{6}
+	return file_flowlet_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Event) GetId() string {
@@ -656,7 +766,7 @@ type StepRequest struct {
 
 func (x *StepRequest) Reset() {
 	*x = StepRequest{}
-	mi := &file_flowlet_proto_msgTypes[7]
+	mi := &file_flowlet_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +778,7 @@ func (x *StepRequest) String() string {
 func (*StepRequest) ProtoMessage() {}
 
 func (x *StepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[7]
+	mi := &file_flowlet_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +791,7 @@ func (x *StepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepRequest.ProtoReflect.Descriptor instead.
 func (*StepRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{7}
+	return file_flowlet_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StepRequest) GetCallId() uint64 {
@@ -718,7 +828,7 @@ type BatchRequest struct {
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_flowlet_proto_msgTypes[8]
+	mi := &file_flowlet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +840,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[8]
+	mi := &file_flowlet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +853,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{8}
+	return file_flowlet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BatchRequest) GetStep() *StepRequest {
@@ -792,7 +902,7 @@ type PackedEvents struct {
 
 func (x *PackedEvents) Reset() {
 	*x = PackedEvents{}
-	mi := &file_flowlet_proto_msgTypes[9]
+	mi := &file_flowlet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +914,7 @@ func (x *PackedEvents) String() string {
 func (*PackedEvents) ProtoMessage() {}
 
 func (x *PackedEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[9]
+	mi := &file_flowlet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +927,7 @@ func (x *PackedEvents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PackedEvents.ProtoReflect.Descriptor instead.
 func (*PackedEvents) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{9}
+	return file_flowlet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PackedEvents) GetPayloads() []byte {
@@ -893,7 +1003,7 @@ type EventKeys struct {
 
 func (x *EventKeys) Reset() {
 	*x = EventKeys{}
-	mi := &file_flowlet_proto_msgTypes[10]
+	mi := &file_flowlet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1015,7 @@ func (x *EventKeys) String() string {
 func (*EventKeys) ProtoMessage() {}
 
 func (x *EventKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[10]
+	mi := &file_flowlet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1028,7 @@ func (x *EventKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventKeys.ProtoReflect.Descriptor instead.
 func (*EventKeys) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{10}
+	return file_flowlet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EventKeys) GetEvent() uint32 {
@@ -949,7 +1059,7 @@ type Emit struct {
 
 func (x *Emit) Reset() {
 	*x = Emit{}
-	mi := &file_flowlet_proto_msgTypes[11]
+	mi := &file_flowlet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1071,7 @@ func (x *Emit) String() string {
 func (*Emit) ProtoMessage() {}
 
 func (x *Emit) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[11]
+	mi := &file_flowlet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1084,7 @@ func (x *Emit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Emit.ProtoReflect.Descriptor instead.
 func (*Emit) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{11}
+	return file_flowlet_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Emit) GetOutput() string {
@@ -1033,7 +1143,7 @@ type StateOp struct {
 
 func (x *StateOp) Reset() {
 	*x = StateOp{}
-	mi := &file_flowlet_proto_msgTypes[12]
+	mi := &file_flowlet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1155,7 @@ func (x *StateOp) String() string {
 func (*StateOp) ProtoMessage() {}
 
 func (x *StateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[12]
+	mi := &file_flowlet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1168,7 @@ func (x *StateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateOp.ProtoReflect.Descriptor instead.
 func (*StateOp) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{12}
+	return file_flowlet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StateOp) GetKind() StateOp_Kind {
@@ -1111,7 +1221,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_flowlet_proto_msgTypes[13]
+	mi := &file_flowlet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1233,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[13]
+	mi := &file_flowlet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1246,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{13}
+	return file_flowlet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeadLetter) GetPayload() []byte {
@@ -1182,7 +1292,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_flowlet_proto_msgTypes[14]
+	mi := &file_flowlet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1304,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[14]
+	mi := &file_flowlet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1317,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{14}
+	return file_flowlet_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Error) GetKind() Error_Kind {
@@ -1263,7 +1373,7 @@ type StepResponse struct {
 
 func (x *StepResponse) Reset() {
 	*x = StepResponse{}
-	mi := &file_flowlet_proto_msgTypes[15]
+	mi := &file_flowlet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1385,7 @@ func (x *StepResponse) String() string {
 func (*StepResponse) ProtoMessage() {}
 
 func (x *StepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[15]
+	mi := &file_flowlet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1398,7 @@ func (x *StepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepResponse.ProtoReflect.Descriptor instead.
 func (*StepResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{15}
+	return file_flowlet_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StepResponse) GetEmits() []*Emit {
@@ -1354,7 +1464,7 @@ type PackedEmits struct {
 
 func (x *PackedEmits) Reset() {
 	*x = PackedEmits{}
-	mi := &file_flowlet_proto_msgTypes[16]
+	mi := &file_flowlet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +1476,7 @@ func (x *PackedEmits) String() string {
 func (*PackedEmits) ProtoMessage() {}
 
 func (x *PackedEmits) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[16]
+	mi := &file_flowlet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1489,7 @@ func (x *PackedEmits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PackedEmits.ProtoReflect.Descriptor instead.
 func (*PackedEmits) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{16}
+	return file_flowlet_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PackedEmits) GetOutputs() []string {
@@ -1474,7 +1584,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_flowlet_proto_msgTypes[17]
+	mi := &file_flowlet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1596,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[17]
+	mi := &file_flowlet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1609,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{17}
+	return file_flowlet_proto_rawDescGZIP(), []int{19}
 }
 
 type CloseResponse struct {
@@ -1511,7 +1621,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_flowlet_proto_msgTypes[18]
+	mi := &file_flowlet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1633,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[18]
+	mi := &file_flowlet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1646,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{18}
+	return file_flowlet_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CloseResponse) GetError() string {
@@ -1558,7 +1668,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_flowlet_proto_msgTypes[19]
+	mi := &file_flowlet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1680,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[19]
+	mi := &file_flowlet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1693,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{19}
+	return file_flowlet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetRequest) GetCallId() uint64 {
@@ -1624,7 +1734,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_flowlet_proto_msgTypes[20]
+	mi := &file_flowlet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1746,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[20]
+	mi := &file_flowlet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1759,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{20}
+	return file_flowlet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetResponse) GetValue() []byte {
@@ -1678,7 +1788,7 @@ type CounterGetRequest struct {
 
 func (x *CounterGetRequest) Reset() {
 	*x = CounterGetRequest{}
-	mi := &file_flowlet_proto_msgTypes[21]
+	mi := &file_flowlet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1800,7 @@ func (x *CounterGetRequest) String() string {
 func (*CounterGetRequest) ProtoMessage() {}
 
 func (x *CounterGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[21]
+	mi := &file_flowlet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1813,7 @@ func (x *CounterGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterGetRequest.ProtoReflect.Descriptor instead.
 func (*CounterGetRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{21}
+	return file_flowlet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CounterGetRequest) GetCallId() uint64 {
@@ -1743,7 +1853,7 @@ type CounterGetResponse struct {
 
 func (x *CounterGetResponse) Reset() {
 	*x = CounterGetResponse{}
-	mi := &file_flowlet_proto_msgTypes[22]
+	mi := &file_flowlet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +1865,7 @@ func (x *CounterGetResponse) String() string {
 func (*CounterGetResponse) ProtoMessage() {}
 
 func (x *CounterGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[22]
+	mi := &file_flowlet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +1878,7 @@ func (x *CounterGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterGetResponse.ProtoReflect.Descriptor instead.
 func (*CounterGetResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{22}
+	return file_flowlet_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CounterGetResponse) GetCount() int64 {
@@ -1798,7 +1908,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_flowlet_proto_msgTypes[23]
+	mi := &file_flowlet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +1920,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[23]
+	mi := &file_flowlet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +1933,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{23}
+	return file_flowlet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ScanRequest) GetCallId() uint64 {
@@ -1907,7 +2017,7 @@ type ScanEntry struct {
 
 func (x *ScanEntry) Reset() {
 	*x = ScanEntry{}
-	mi := &file_flowlet_proto_msgTypes[24]
+	mi := &file_flowlet_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2029,7 @@ func (x *ScanEntry) String() string {
 func (*ScanEntry) ProtoMessage() {}
 
 func (x *ScanEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[24]
+	mi := &file_flowlet_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2042,7 @@ func (x *ScanEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanEntry.ProtoReflect.Descriptor instead.
 func (*ScanEntry) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{24}
+	return file_flowlet_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ScanEntry) GetKey() []byte {
@@ -1967,7 +2077,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_flowlet_proto_msgTypes[25]
+	mi := &file_flowlet_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2089,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[25]
+	mi := &file_flowlet_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2102,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{25}
+	return file_flowlet_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ScanResponse) GetEntries() []*ScanEntry {
@@ -2019,7 +2129,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_flowlet_proto_msgTypes[26]
+	mi := &file_flowlet_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2141,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[26]
+	mi := &file_flowlet_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2154,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{26}
+	return file_flowlet_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ApplyRequest) GetCallId() uint64 {
@@ -2069,7 +2179,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_flowlet_proto_msgTypes[27]
+	mi := &file_flowlet_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2191,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[27]
+	mi := &file_flowlet_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,14 +2204,21 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{27}
+	return file_flowlet_proto_rawDescGZIP(), []int{29}
 }
 
 var File_flowlet_proto protoreflect.FileDescriptor
 
 const file_flowlet_proto_rawDesc = "" +
 	"\n" +
-	"\rflowlet.proto\x12\x12flowrun.flowlet.v1\"\xed\x01\n" +
+	"\rflowlet.proto\x12\x12flowrun.flowlet.v1\"-\n" +
+	"\x0eChannelRequest\x12\x1b\n" +
+	"\thost_cert\x18\x01 \x01(\fR\bhostCert\"f\n" +
+	"\x0fChannelResponse\x12\x18\n" +
+	"\anetwork\x18\x01 \x01(\tR\anetwork\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1f\n" +
+	"\vplugin_cert\x18\x03 \x01(\fR\n" +
+	"pluginCert\"\xed\x01\n" +
 	"\bStepCall\x12/\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x1f.flowrun.flowlet.v1.StepCall.OpR\x02op\x123\n" +
 	"\x04step\x18\x02 \x01(\v2\x1f.flowrun.flowlet.v1.StepRequestR\x04step\x126\n" +
@@ -2269,7 +2386,7 @@ const file_flowlet_proto_rawDesc = "" +
 	"\fApplyRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x123\n" +
 	"\x06writes\x18\x02 \x03(\v2\x1b.flowrun.flowlet.v1.StateOpR\x06writes\"\x0f\n" +
-	"\rApplyResponse2\xac\x04\n" +
+	"\rApplyResponse2\x84\x05\n" +
 	"\aFlowlet\x12M\n" +
 	"\bDescribe\x12#.flowrun.flowlet.v1.DescribeRequest\x1a\x1c.flowrun.flowlet.v1.TypeInfo\x12I\n" +
 	"\x04Init\x12\x1f.flowrun.flowlet.v1.InitRequest\x1a .flowrun.flowlet.v1.InitResponse\x12R\n" +
@@ -2277,7 +2394,8 @@ const file_flowlet_proto_rawDesc = "" +
 	"\bGenerate\x12\x1f.flowrun.flowlet.v1.StepRequest\x1a .flowrun.flowlet.v1.StepResponse\x12I\n" +
 	"\x04Tick\x12\x1f.flowrun.flowlet.v1.StepRequest\x1a .flowrun.flowlet.v1.StepResponse\x12L\n" +
 	"\x05Close\x12 .flowrun.flowlet.v1.CloseRequest\x1a!.flowrun.flowlet.v1.CloseResponse\x12K\n" +
-	"\x05Steps\x12\x1c.flowrun.flowlet.v1.StepCall\x1a .flowrun.flowlet.v1.StepResponse(\x010\x012\xc4\x02\n" +
+	"\x05Steps\x12\x1c.flowrun.flowlet.v1.StepCall\x1a .flowrun.flowlet.v1.StepResponse(\x010\x01\x12V\n" +
+	"\vOpenChannel\x12\".flowrun.flowlet.v1.ChannelRequest\x1a#.flowrun.flowlet.v1.ChannelResponse2\xc4\x02\n" +
 	"\x04Host\x12F\n" +
 	"\x03Get\x12\x1e.flowrun.flowlet.v1.GetRequest\x1a\x1f.flowrun.flowlet.v1.GetResponse\x12[\n" +
 	"\n" +
@@ -2298,88 +2416,92 @@ func file_flowlet_proto_rawDescGZIP() []byte {
 }
 
 var file_flowlet_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_flowlet_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_flowlet_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_flowlet_proto_goTypes = []any{
 	(StepCall_Op)(0),           // 0: flowrun.flowlet.v1.StepCall.Op
 	(StateOp_Kind)(0),          // 1: flowrun.flowlet.v1.StateOp.Kind
 	(Error_Kind)(0),            // 2: flowrun.flowlet.v1.Error.Kind
-	(*StepCall)(nil),           // 3: flowrun.flowlet.v1.StepCall
-	(*DescribeRequest)(nil),    // 4: flowrun.flowlet.v1.DescribeRequest
-	(*TypeInfo)(nil),           // 5: flowrun.flowlet.v1.TypeInfo
-	(*InitRequest)(nil),        // 6: flowrun.flowlet.v1.InitRequest
-	(*InitResponse)(nil),       // 7: flowrun.flowlet.v1.InitResponse
-	(*KeyValue)(nil),           // 8: flowrun.flowlet.v1.KeyValue
-	(*Event)(nil),              // 9: flowrun.flowlet.v1.Event
-	(*StepRequest)(nil),        // 10: flowrun.flowlet.v1.StepRequest
-	(*BatchRequest)(nil),       // 11: flowrun.flowlet.v1.BatchRequest
-	(*PackedEvents)(nil),       // 12: flowrun.flowlet.v1.PackedEvents
-	(*EventKeys)(nil),          // 13: flowrun.flowlet.v1.EventKeys
-	(*Emit)(nil),               // 14: flowrun.flowlet.v1.Emit
-	(*StateOp)(nil),            // 15: flowrun.flowlet.v1.StateOp
-	(*DeadLetter)(nil),         // 16: flowrun.flowlet.v1.DeadLetter
-	(*Error)(nil),              // 17: flowrun.flowlet.v1.Error
-	(*StepResponse)(nil),       // 18: flowrun.flowlet.v1.StepResponse
-	(*PackedEmits)(nil),        // 19: flowrun.flowlet.v1.PackedEmits
-	(*CloseRequest)(nil),       // 20: flowrun.flowlet.v1.CloseRequest
-	(*CloseResponse)(nil),      // 21: flowrun.flowlet.v1.CloseResponse
-	(*GetRequest)(nil),         // 22: flowrun.flowlet.v1.GetRequest
-	(*GetResponse)(nil),        // 23: flowrun.flowlet.v1.GetResponse
-	(*CounterGetRequest)(nil),  // 24: flowrun.flowlet.v1.CounterGetRequest
-	(*CounterGetResponse)(nil), // 25: flowrun.flowlet.v1.CounterGetResponse
-	(*ScanRequest)(nil),        // 26: flowrun.flowlet.v1.ScanRequest
-	(*ScanEntry)(nil),          // 27: flowrun.flowlet.v1.ScanEntry
-	(*ScanResponse)(nil),       // 28: flowrun.flowlet.v1.ScanResponse
-	(*ApplyRequest)(nil),       // 29: flowrun.flowlet.v1.ApplyRequest
-	(*ApplyResponse)(nil),      // 30: flowrun.flowlet.v1.ApplyResponse
+	(*ChannelRequest)(nil),     // 3: flowrun.flowlet.v1.ChannelRequest
+	(*ChannelResponse)(nil),    // 4: flowrun.flowlet.v1.ChannelResponse
+	(*StepCall)(nil),           // 5: flowrun.flowlet.v1.StepCall
+	(*DescribeRequest)(nil),    // 6: flowrun.flowlet.v1.DescribeRequest
+	(*TypeInfo)(nil),           // 7: flowrun.flowlet.v1.TypeInfo
+	(*InitRequest)(nil),        // 8: flowrun.flowlet.v1.InitRequest
+	(*InitResponse)(nil),       // 9: flowrun.flowlet.v1.InitResponse
+	(*KeyValue)(nil),           // 10: flowrun.flowlet.v1.KeyValue
+	(*Event)(nil),              // 11: flowrun.flowlet.v1.Event
+	(*StepRequest)(nil),        // 12: flowrun.flowlet.v1.StepRequest
+	(*BatchRequest)(nil),       // 13: flowrun.flowlet.v1.BatchRequest
+	(*PackedEvents)(nil),       // 14: flowrun.flowlet.v1.PackedEvents
+	(*EventKeys)(nil),          // 15: flowrun.flowlet.v1.EventKeys
+	(*Emit)(nil),               // 16: flowrun.flowlet.v1.Emit
+	(*StateOp)(nil),            // 17: flowrun.flowlet.v1.StateOp
+	(*DeadLetter)(nil),         // 18: flowrun.flowlet.v1.DeadLetter
+	(*Error)(nil),              // 19: flowrun.flowlet.v1.Error
+	(*StepResponse)(nil),       // 20: flowrun.flowlet.v1.StepResponse
+	(*PackedEmits)(nil),        // 21: flowrun.flowlet.v1.PackedEmits
+	(*CloseRequest)(nil),       // 22: flowrun.flowlet.v1.CloseRequest
+	(*CloseResponse)(nil),      // 23: flowrun.flowlet.v1.CloseResponse
+	(*GetRequest)(nil),         // 24: flowrun.flowlet.v1.GetRequest
+	(*GetResponse)(nil),        // 25: flowrun.flowlet.v1.GetResponse
+	(*CounterGetRequest)(nil),  // 26: flowrun.flowlet.v1.CounterGetRequest
+	(*CounterGetResponse)(nil), // 27: flowrun.flowlet.v1.CounterGetResponse
+	(*ScanRequest)(nil),        // 28: flowrun.flowlet.v1.ScanRequest
+	(*ScanEntry)(nil),          // 29: flowrun.flowlet.v1.ScanEntry
+	(*ScanResponse)(nil),       // 30: flowrun.flowlet.v1.ScanResponse
+	(*ApplyRequest)(nil),       // 31: flowrun.flowlet.v1.ApplyRequest
+	(*ApplyResponse)(nil),      // 32: flowrun.flowlet.v1.ApplyResponse
 }
 var file_flowlet_proto_depIdxs = []int32{
 	0,  // 0: flowrun.flowlet.v1.StepCall.op:type_name -> flowrun.flowlet.v1.StepCall.Op
-	10, // 1: flowrun.flowlet.v1.StepCall.step:type_name -> flowrun.flowlet.v1.StepRequest
-	11, // 2: flowrun.flowlet.v1.StepCall.batch:type_name -> flowrun.flowlet.v1.BatchRequest
-	5,  // 3: flowrun.flowlet.v1.InitResponse.info:type_name -> flowrun.flowlet.v1.TypeInfo
-	8,  // 4: flowrun.flowlet.v1.Event.keys:type_name -> flowrun.flowlet.v1.KeyValue
-	10, // 5: flowrun.flowlet.v1.BatchRequest.step:type_name -> flowrun.flowlet.v1.StepRequest
-	9,  // 6: flowrun.flowlet.v1.BatchRequest.events:type_name -> flowrun.flowlet.v1.Event
-	12, // 7: flowrun.flowlet.v1.BatchRequest.packed:type_name -> flowrun.flowlet.v1.PackedEvents
-	13, // 8: flowrun.flowlet.v1.PackedEvents.keys:type_name -> flowrun.flowlet.v1.EventKeys
-	8,  // 9: flowrun.flowlet.v1.EventKeys.keys:type_name -> flowrun.flowlet.v1.KeyValue
-	8,  // 10: flowrun.flowlet.v1.Emit.keys:type_name -> flowrun.flowlet.v1.KeyValue
+	12, // 1: flowrun.flowlet.v1.StepCall.step:type_name -> flowrun.flowlet.v1.StepRequest
+	13, // 2: flowrun.flowlet.v1.StepCall.batch:type_name -> flowrun.flowlet.v1.BatchRequest
+	7,  // 3: flowrun.flowlet.v1.InitResponse.info:type_name -> flowrun.flowlet.v1.TypeInfo
+	10, // 4: flowrun.flowlet.v1.Event.keys:type_name -> flowrun.flowlet.v1.KeyValue
+	12, // 5: flowrun.flowlet.v1.BatchRequest.step:type_name -> flowrun.flowlet.v1.StepRequest
+	11, // 6: flowrun.flowlet.v1.BatchRequest.events:type_name -> flowrun.flowlet.v1.Event
+	14, // 7: flowrun.flowlet.v1.BatchRequest.packed:type_name -> flowrun.flowlet.v1.PackedEvents
+	15, // 8: flowrun.flowlet.v1.PackedEvents.keys:type_name -> flowrun.flowlet.v1.EventKeys
+	10, // 9: flowrun.flowlet.v1.EventKeys.keys:type_name -> flowrun.flowlet.v1.KeyValue
+	10, // 10: flowrun.flowlet.v1.Emit.keys:type_name -> flowrun.flowlet.v1.KeyValue
 	1,  // 11: flowrun.flowlet.v1.StateOp.kind:type_name -> flowrun.flowlet.v1.StateOp.Kind
 	2,  // 12: flowrun.flowlet.v1.Error.kind:type_name -> flowrun.flowlet.v1.Error.Kind
-	14, // 13: flowrun.flowlet.v1.StepResponse.emits:type_name -> flowrun.flowlet.v1.Emit
-	15, // 14: flowrun.flowlet.v1.StepResponse.writes:type_name -> flowrun.flowlet.v1.StateOp
-	16, // 15: flowrun.flowlet.v1.StepResponse.dead_letters:type_name -> flowrun.flowlet.v1.DeadLetter
-	17, // 16: flowrun.flowlet.v1.StepResponse.error:type_name -> flowrun.flowlet.v1.Error
-	19, // 17: flowrun.flowlet.v1.StepResponse.packed_emits:type_name -> flowrun.flowlet.v1.PackedEmits
-	15, // 18: flowrun.flowlet.v1.GetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
-	15, // 19: flowrun.flowlet.v1.CounterGetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
-	15, // 20: flowrun.flowlet.v1.ScanRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
-	27, // 21: flowrun.flowlet.v1.ScanResponse.entries:type_name -> flowrun.flowlet.v1.ScanEntry
-	15, // 22: flowrun.flowlet.v1.ApplyRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
-	4,  // 23: flowrun.flowlet.v1.Flowlet.Describe:input_type -> flowrun.flowlet.v1.DescribeRequest
-	6,  // 24: flowrun.flowlet.v1.Flowlet.Init:input_type -> flowrun.flowlet.v1.InitRequest
-	11, // 25: flowrun.flowlet.v1.Flowlet.ProcessBatch:input_type -> flowrun.flowlet.v1.BatchRequest
-	10, // 26: flowrun.flowlet.v1.Flowlet.Generate:input_type -> flowrun.flowlet.v1.StepRequest
-	10, // 27: flowrun.flowlet.v1.Flowlet.Tick:input_type -> flowrun.flowlet.v1.StepRequest
-	20, // 28: flowrun.flowlet.v1.Flowlet.Close:input_type -> flowrun.flowlet.v1.CloseRequest
-	3,  // 29: flowrun.flowlet.v1.Flowlet.Steps:input_type -> flowrun.flowlet.v1.StepCall
-	22, // 30: flowrun.flowlet.v1.Host.Get:input_type -> flowrun.flowlet.v1.GetRequest
-	24, // 31: flowrun.flowlet.v1.Host.CounterGet:input_type -> flowrun.flowlet.v1.CounterGetRequest
-	26, // 32: flowrun.flowlet.v1.Host.Scan:input_type -> flowrun.flowlet.v1.ScanRequest
-	29, // 33: flowrun.flowlet.v1.Host.Apply:input_type -> flowrun.flowlet.v1.ApplyRequest
-	5,  // 34: flowrun.flowlet.v1.Flowlet.Describe:output_type -> flowrun.flowlet.v1.TypeInfo
-	7,  // 35: flowrun.flowlet.v1.Flowlet.Init:output_type -> flowrun.flowlet.v1.InitResponse
-	18, // 36: flowrun.flowlet.v1.Flowlet.ProcessBatch:output_type -> flowrun.flowlet.v1.StepResponse
-	18, // 37: flowrun.flowlet.v1.Flowlet.Generate:output_type -> flowrun.flowlet.v1.StepResponse
-	18, // 38: flowrun.flowlet.v1.Flowlet.Tick:output_type -> flowrun.flowlet.v1.StepResponse
-	21, // 39: flowrun.flowlet.v1.Flowlet.Close:output_type -> flowrun.flowlet.v1.CloseResponse
-	18, // 40: flowrun.flowlet.v1.Flowlet.Steps:output_type -> flowrun.flowlet.v1.StepResponse
-	23, // 41: flowrun.flowlet.v1.Host.Get:output_type -> flowrun.flowlet.v1.GetResponse
-	25, // 42: flowrun.flowlet.v1.Host.CounterGet:output_type -> flowrun.flowlet.v1.CounterGetResponse
-	28, // 43: flowrun.flowlet.v1.Host.Scan:output_type -> flowrun.flowlet.v1.ScanResponse
-	30, // 44: flowrun.flowlet.v1.Host.Apply:output_type -> flowrun.flowlet.v1.ApplyResponse
-	34, // [34:45] is the sub-list for method output_type
-	23, // [23:34] is the sub-list for method input_type
+	16, // 13: flowrun.flowlet.v1.StepResponse.emits:type_name -> flowrun.flowlet.v1.Emit
+	17, // 14: flowrun.flowlet.v1.StepResponse.writes:type_name -> flowrun.flowlet.v1.StateOp
+	18, // 15: flowrun.flowlet.v1.StepResponse.dead_letters:type_name -> flowrun.flowlet.v1.DeadLetter
+	19, // 16: flowrun.flowlet.v1.StepResponse.error:type_name -> flowrun.flowlet.v1.Error
+	21, // 17: flowrun.flowlet.v1.StepResponse.packed_emits:type_name -> flowrun.flowlet.v1.PackedEmits
+	17, // 18: flowrun.flowlet.v1.GetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	17, // 19: flowrun.flowlet.v1.CounterGetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	17, // 20: flowrun.flowlet.v1.ScanRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	29, // 21: flowrun.flowlet.v1.ScanResponse.entries:type_name -> flowrun.flowlet.v1.ScanEntry
+	17, // 22: flowrun.flowlet.v1.ApplyRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	6,  // 23: flowrun.flowlet.v1.Flowlet.Describe:input_type -> flowrun.flowlet.v1.DescribeRequest
+	8,  // 24: flowrun.flowlet.v1.Flowlet.Init:input_type -> flowrun.flowlet.v1.InitRequest
+	13, // 25: flowrun.flowlet.v1.Flowlet.ProcessBatch:input_type -> flowrun.flowlet.v1.BatchRequest
+	12, // 26: flowrun.flowlet.v1.Flowlet.Generate:input_type -> flowrun.flowlet.v1.StepRequest
+	12, // 27: flowrun.flowlet.v1.Flowlet.Tick:input_type -> flowrun.flowlet.v1.StepRequest
+	22, // 28: flowrun.flowlet.v1.Flowlet.Close:input_type -> flowrun.flowlet.v1.CloseRequest
+	5,  // 29: flowrun.flowlet.v1.Flowlet.Steps:input_type -> flowrun.flowlet.v1.StepCall
+	3,  // 30: flowrun.flowlet.v1.Flowlet.OpenChannel:input_type -> flowrun.flowlet.v1.ChannelRequest
+	24, // 31: flowrun.flowlet.v1.Host.Get:input_type -> flowrun.flowlet.v1.GetRequest
+	26, // 32: flowrun.flowlet.v1.Host.CounterGet:input_type -> flowrun.flowlet.v1.CounterGetRequest
+	28, // 33: flowrun.flowlet.v1.Host.Scan:input_type -> flowrun.flowlet.v1.ScanRequest
+	31, // 34: flowrun.flowlet.v1.Host.Apply:input_type -> flowrun.flowlet.v1.ApplyRequest
+	7,  // 35: flowrun.flowlet.v1.Flowlet.Describe:output_type -> flowrun.flowlet.v1.TypeInfo
+	9,  // 36: flowrun.flowlet.v1.Flowlet.Init:output_type -> flowrun.flowlet.v1.InitResponse
+	20, // 37: flowrun.flowlet.v1.Flowlet.ProcessBatch:output_type -> flowrun.flowlet.v1.StepResponse
+	20, // 38: flowrun.flowlet.v1.Flowlet.Generate:output_type -> flowrun.flowlet.v1.StepResponse
+	20, // 39: flowrun.flowlet.v1.Flowlet.Tick:output_type -> flowrun.flowlet.v1.StepResponse
+	23, // 40: flowrun.flowlet.v1.Flowlet.Close:output_type -> flowrun.flowlet.v1.CloseResponse
+	20, // 41: flowrun.flowlet.v1.Flowlet.Steps:output_type -> flowrun.flowlet.v1.StepResponse
+	4,  // 42: flowrun.flowlet.v1.Flowlet.OpenChannel:output_type -> flowrun.flowlet.v1.ChannelResponse
+	25, // 43: flowrun.flowlet.v1.Host.Get:output_type -> flowrun.flowlet.v1.GetResponse
+	27, // 44: flowrun.flowlet.v1.Host.CounterGet:output_type -> flowrun.flowlet.v1.CounterGetResponse
+	30, // 45: flowrun.flowlet.v1.Host.Scan:output_type -> flowrun.flowlet.v1.ScanResponse
+	32, // 46: flowrun.flowlet.v1.Host.Apply:output_type -> flowrun.flowlet.v1.ApplyResponse
+	35, // [35:47] is the sub-list for method output_type
+	23, // [23:35] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name
@@ -2396,7 +2518,7 @@ func file_flowlet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flowlet_proto_rawDesc), len(file_flowlet_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -37,6 +37,7 @@ const (
 	Flowlet_Tick_FullMethodName         = "/flowrun.flowlet.v1.Flowlet/Tick"
 	Flowlet_Close_FullMethodName        = "/flowrun.flowlet.v1.Flowlet/Close"
 	Flowlet_Steps_FullMethodName        = "/flowrun.flowlet.v1.Flowlet/Steps"
+	Flowlet_OpenChannel_FullMethodName  = "/flowrun.flowlet.v1.Flowlet/OpenChannel"
 )
 
 // FlowletClient is the client API for Flowlet service.
@@ -66,6 +67,19 @@ type FlowletClient interface {
 	// Tick, without the cost of a new RPC per step). A plugin may leave it
 	// unimplemented: the host then uses the unary calls.
 	Steps(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StepCall, StepResponse], error)
+	// OpenChannel opens the step channel, the fastest way to carry steps,
+	// called once after Init: a connection of its own (no HTTP/2, no gRPC)
+	// on which each step is one frame each way. The host sends a fresh
+	// self-signed certificate; the plugin listens on a new socket and answers
+	// with its address and a fresh certificate of its own. Both were exchanged
+	// over this AutoMTLS connection, so each side accepts exactly the other's
+	// (TLS 1.3, mutual, certificates pinned byte for byte). On the channel
+	// the host sends a frame with a StepCall, the plugin answers with a frame
+	// with its StepResponse, one step at a time, with the semantics of Steps;
+	// a frame is a 4-byte big-endian length and the message. State reads
+	// still go to the Host service. A plugin may leave it unimplemented: the
+	// host then uses Steps (or the unary calls).
+	OpenChannel(ctx context.Context, in *ChannelRequest, opts ...grpc.CallOption) (*ChannelResponse, error)
 }
 
 type flowletClient struct {
@@ -149,6 +163,16 @@ func (c *flowletClient) Steps(ctx context.Context, opts ...grpc.CallOption) (grp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Flowlet_StepsClient = grpc.BidiStreamingClient[StepCall, StepResponse]
 
+func (c *flowletClient) OpenChannel(ctx context.Context, in *ChannelRequest, opts ...grpc.CallOption) (*ChannelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChannelResponse)
+	err := c.cc.Invoke(ctx, Flowlet_OpenChannel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FlowletServer is the server API for Flowlet service.
 // All implementations must embed UnimplementedFlowletServer
 // for forward compatibility.
@@ -176,6 +200,19 @@ type FlowletServer interface {
 	// Tick, without the cost of a new RPC per step). A plugin may leave it
 	// unimplemented: the host then uses the unary calls.
 	Steps(grpc.BidiStreamingServer[StepCall, StepResponse]) error
+	// OpenChannel opens the step channel, the fastest way to carry steps,
+	// called once after Init: a connection of its own (no HTTP/2, no gRPC)
+	// on which each step is one frame each way. The host sends a fresh
+	// self-signed certificate; the plugin listens on a new socket and answers
+	// with its address and a fresh certificate of its own. Both were exchanged
+	// over this AutoMTLS connection, so each side accepts exactly the other's
+	// (TLS 1.3, mutual, certificates pinned byte for byte). On the channel
+	// the host sends a frame with a StepCall, the plugin answers with a frame
+	// with its StepResponse, one step at a time, with the semantics of Steps;
+	// a frame is a 4-byte big-endian length and the message. State reads
+	// still go to the Host service. A plugin may leave it unimplemented: the
+	// host then uses Steps (or the unary calls).
+	OpenChannel(context.Context, *ChannelRequest) (*ChannelResponse, error)
 	mustEmbedUnimplementedFlowletServer()
 }
 
@@ -206,6 +243,9 @@ func (UnimplementedFlowletServer) Close(context.Context, *CloseRequest) (*CloseR
 }
 func (UnimplementedFlowletServer) Steps(grpc.BidiStreamingServer[StepCall, StepResponse]) error {
 	return status.Error(codes.Unimplemented, "method Steps not implemented")
+}
+func (UnimplementedFlowletServer) OpenChannel(context.Context, *ChannelRequest) (*ChannelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OpenChannel not implemented")
 }
 func (UnimplementedFlowletServer) mustEmbedUnimplementedFlowletServer() {}
 func (UnimplementedFlowletServer) testEmbeddedByValue()                 {}
@@ -343,6 +383,24 @@ func _Flowlet_Steps_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Flowlet_StepsServer = grpc.BidiStreamingServer[StepCall, StepResponse]
 
+func _Flowlet_OpenChannel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChannelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FlowletServer).OpenChannel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Flowlet_OpenChannel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FlowletServer).OpenChannel(ctx, req.(*ChannelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Flowlet_ServiceDesc is the grpc.ServiceDesc for Flowlet service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -373,6 +431,10 @@ var Flowlet_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Close",
 			Handler:    _Flowlet_Close_Handler,
+		},
+		{
+			MethodName: "OpenChannel",
+			Handler:    _Flowlet_OpenChannel_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

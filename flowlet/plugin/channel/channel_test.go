@@ -1,0 +1,172 @@
+package channel
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	pb "github.com/flowrun/flowrun/proto/flowletpb"
+)
+
+func cert(der []byte, key any) tls.Certificate {
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// socketPair returns the two ends of a Unix socket connection (buffered,
+// unlike net.Pipe, as between host and plugin).
+func socketPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	a, err := net.Dial("unix", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// pair connects a client with certificate own[0], expecting peer[0], to a
+// server with own[1], expecting peer[1], and runs both handshakes.
+func pair(t *testing.T, client, server [2][]byte, ckey, skey any) (*Conn, *Conn, error, error) {
+	t.Helper()
+	a, b := socketPair(t)
+	ccfg := Config(cert(client[0], ckey), client[1])
+	scfg := Config(cert(server[0], skey), server[1])
+	c, s := Client(a, ccfg), Server(b, scfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	serr := make(chan error, 1)
+	go func() {
+		err := s.Handshake(ctx)
+		if err != nil {
+			b.Close()
+		}
+		serr <- err
+	}()
+	cerr := c.Handshake(ctx)
+	if cerr != nil {
+		a.Close()
+	}
+	return c, s, cerr, <-serr
+}
+
+func TestChannel(t *testing.T) {
+	hc, err := NewCert()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := NewCert()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := NewCert()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, p, o := hc.Certificate[0], pc.Certificate[0], other.Certificate[0]
+	keys := map[string]any{string(h): hc.PrivateKey, string(p): pc.PrivateKey, string(o): other.PrivateKey}
+	run := func(client, server [2][]byte) (*Conn, *Conn, error, error) {
+		return pair(t, client, server, keys[string(client[0])], keys[string(server[0])])
+	}
+
+	// The right certificates: frames go both ways, buffers are reused.
+	c, s, cerr, serr := run([2][]byte{h, p}, [2][]byte{p, h})
+	if cerr != nil || serr != nil {
+		t.Fatalf("handshake: %v / %v", cerr, serr)
+	}
+	big := bytes.Repeat([]byte("x"), 100<<10) // several TLS records
+	for i := range 3 {
+		call := &pb.StepCall{Op: pb.StepCall_PROCESS_BATCH, Batch: &pb.BatchRequest{
+			Step: &pb.StepRequest{CallId: uint64(i + 1)}, Packed: &pb.PackedEvents{Payloads: big, PayloadEnds: []uint32{uint32(len(big))}}}}
+		errc := make(chan error, 1)
+		go func() { errc <- c.Write(call) }()
+		var got pb.StepCall
+		if err := s.Read(&got); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		if got.Batch.GetStep().GetCallId() != uint64(i+1) || !bytes.Equal(got.Batch.GetPacked().GetPayloads(), big) {
+			t.Fatalf("frame %d: %v", i, got.Batch.GetStep())
+		}
+		go func() { errc <- s.Write(&pb.StepResponse{Error: &pb.Error{Message: "m"}}) }()
+		var resp pb.StepResponse
+		if err := c.Read(&resp); err != nil || resp.GetError().GetMessage() != "m" {
+			t.Fatalf("response %d: %v %v", i, err, &resp)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A past deadline aborts a read at once; Close ends the peer's read.
+	c.SetDeadline(time.Unix(1, 0))
+	var resp pb.StepResponse
+	if err := c.Read(&resp); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("read after a past deadline: %v", err)
+	}
+	c.Close()
+	var call pb.StepCall
+	if err := s.Read(&call); err == nil {
+		t.Error("read from a closed channel succeeded")
+	}
+
+	// A client with another certificate than the one the server was told
+	// of is refused, and so is a server with another certificate.
+	if _, _, cerr, serr := run([2][]byte{o, p}, [2][]byte{p, h}); serr == nil || !strings.Contains(serr.Error(), "not the one exchanged") {
+		t.Errorf("server accepted a stranger: %v / %v", cerr, serr)
+	}
+	if _, _, cerr, _ := run([2][]byte{h, p}, [2][]byte{o, h}); cerr == nil || !strings.Contains(cerr.Error(), "not the one exchanged") {
+		t.Errorf("client accepted a stranger: %v", cerr)
+	}
+}
+
+// TestBadFrames: a frame longer than MaxFrame, a truncated frame and
+// garbage fail with an error (no panic, no allocation of the claimed size).
+func TestBadFrames(t *testing.T) {
+	hc, _ := NewCert()
+	pc, _ := NewCert()
+	h, p := hc.Certificate[0], pc.Certificate[0]
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		want  string
+	}{
+		{"too long", binary.BigEndian.AppendUint32(nil, MaxFrame+1), "exceeds"},
+		{"truncated", append(binary.BigEndian.AppendUint32(nil, 10), 1, 2), io.ErrUnexpectedEOF.Error()},
+		{"garbage", append(binary.BigEndian.AppendUint32(nil, 4), 0xff, 0xff, 0xff, 0xff), "unmarshal"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s, cerr, serr := pair(t, [2][]byte{h, p}, [2][]byte{p, h}, hc.PrivateKey, pc.PrivateKey)
+			if cerr != nil || serr != nil {
+				t.Fatal(cerr, serr)
+			}
+			go func() {
+				c.tls.Write(tc.frame)
+				c.Close()
+			}()
+			var call pb.StepCall
+			err := s.Read(&call)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
