@@ -20,6 +20,7 @@ type conflictIndex struct {
 	seq     uint64        // bumped by every commit that carried keys
 	holds   keyTable      // key -> pendingBit|holder id; 0 = not held
 	held    int           // live holds (holds.used also counts released slots)
+	live    []kv          // scratch for rebuilding holds in place
 	gens    []*generation // oldest first; the last one takes new commits
 	genKeys int           // keys per generation before it is frozen
 	spare   *generation   // a dropped generation, kept for reuse
@@ -100,9 +101,12 @@ func (ci *conflictIndex) release(id uint64, keys []uint64) {
 // slots (kept as zero values) would make it grow.
 func (ci *conflictIndex) holdsSet(k, v uint64) {
 	if (ci.holds.used+1)*4 > len(ci.holds.slots)*3 && ci.held*4 < len(ci.holds.slots) {
-		live := newKeyTable(max(minHolds, 2*ci.held))
-		ci.holds.each(func(k, v uint64) { live.set(k, v) })
-		ci.holds = live
+		ci.live = ci.live[:0]
+		ci.holds.each(func(k, v uint64) { ci.live = append(ci.live, kv{k, v}) })
+		ci.holds.clear()
+		for _, e := range ci.live {
+			ci.holds.set(e.k, e.v)
+		}
 	}
 	ci.holds.set(k, v)
 }
