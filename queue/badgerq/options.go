@@ -3,6 +3,7 @@ package badgerq
 import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
+	"github.com/dgraph-io/badger/v4/skl"
 )
 
 // TunedOptions returns Badger options for flowrun's one DB, tuned for queue
@@ -17,10 +18,20 @@ import (
 //     sized from the table size and kept in an 8-deep pool, held 1–2 GiB of
 //     anonymous memory. The price is that space comes back only through
 //     value-log GC, which reclaim.go drives (memtable flush, compaction, GC).
-//   - Small memtables (16 MiB, 3 of them) and small caches bound RSS: queue
-//     data is read once, right after it was written, mostly from the
-//     memtable or the OS page cache, so a big block cache buys nothing.
-//   - 64 MiB value-log files, so value-log GC can hand back space in small
+//   - Small memtables (8 MiB, 3 of them) and no block or index cache bound
+//     RSS: queue data is read once, right after it was written, mostly from
+//     the memtable or the OS page cache, so a cache buys nothing. Without
+//     caches Badger reads blocks and table indexes straight from the
+//     memory-mapped tables (page cache, which the kernel can drop) instead of
+//     copying them into the Go heap.
+//   - Tables of MemTableSize/2 (4 MiB) at every level. A table builder
+//     holds its whole table in a z.Allocator of twice the table size, and
+//     Badger keeps up to 8 of them in a pool that only shrinks when idle:
+//     at this size an allocator taken from the pool also holds a memtable
+//     flush (an L0 table is smaller than its memtable) without growing, so
+//     the pool stays at 8 × 8 MiB. With 2 MiB tables a flush grew a 4 MiB
+//     allocator to 12 MiB and the pool crept up with the data written.
+//   - 16 MiB value-log files, so value-log GC can hand back space in small
 //     steps once entries are evicted.
 //   - No compression: payloads are user data, often compressed already, and
 //     CPU is the bottleneck at these rates.
@@ -51,9 +62,9 @@ func TunedOptions(dir string, durable bool) badger.Options {
 		WithNumMemtables(3).
 		WithNumLevelZeroTables(3).
 		WithNumLevelZeroTablesStall(8).
-		WithBaseTableSize(2 << 20).
-		WithBlockCacheSize(8 << 20).
-		WithIndexCacheSize(8 << 20).
+		WithBaseTableSize(4 << 20).
+		WithBlockCacheSize(0).
+		WithIndexCacheSize(0).
 		WithValueLogFileSize(16 << 20).
 		WithNumCompactors(2).
 		WithCompression(options.None).
@@ -64,6 +75,33 @@ func TunedOptions(dir string, durable bool) badger.Options {
 	// grew with the depth of the LSM, i.e. with the data ever written.
 	o.TableSizeMultiplier = 1
 	return o
+}
+
+// MemoryBudget estimates the heap memory a DB opened with o holds at most,
+// whatever the data written: memtable arenas (NumMemtables plus the one
+// being flushed), the block and index caches, the table builders' pool (8
+// allocators of twice the largest table, or of a memtable if that is more:
+// an L0 table is at most a memtable) and the index buffers of the builders
+// running at once (3 MiB each, one per compactor and one flush). For
+// TunedOptions: 4 × 10.4 + 8 × 8 + 3 × 3 ≈ 115 MiB. The runtime derives its default
+// memory limit from it (specs/queues.md, "Memory").
+//
+// It holds for TableSizeMultiplier 1 (TunedOptions); with doubling tables it
+// counts the deepest level Badger may build (MaxLevels).
+func MemoryBudget(o badger.Options) int64 {
+	batch := 15 * o.MemTableSize / 100
+	arena := o.MemTableSize + batch + batch/int64(skl.MaxNodeSize)*int64(skl.MaxNodeSize)
+	table := o.BaseTableSize
+	for range max(o.MaxLevels-2, 0) {
+		if o.TableSizeMultiplier <= 1 {
+			break
+		}
+		table *= int64(o.TableSizeMultiplier)
+	}
+	builder := max(2*table, o.MemTableSize)
+	const poolSize, indexBuf = 8, 3 << 20
+	return int64(o.NumMemtables+1)*arena + o.BlockCacheSize + o.IndexCacheSize +
+		poolSize*builder + int64(o.NumCompactors+1)*indexBuf
 }
 
 // OpenDB opens (creating if needed) a Badger DB with TunedOptions. For a
