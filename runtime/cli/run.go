@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -27,6 +28,7 @@ func (g *globals) runCmd() *cobra.Command {
 	var httpAddr, httpToken string
 	var withPprof bool
 	var maxBacklog int
+	var memoryLimit string
 	c := &cobra.Command{
 		Use:   "run APP.yaml",
 		Short: "run an app in the foreground until SIGINT/SIGTERM (or, with --drain, until its input is exhausted)",
@@ -59,6 +61,15 @@ non-loopback address needs a bearer token (--http-token or
 			}
 			if httpToken == "" {
 				httpToken = os.Getenv(httpapi.TokenEnv)
+			}
+			limit, err := runtime.ApplyMemoryLimit(memoryLimit)
+			if err != nil {
+				return &exitError{ExitUsage, fmt.Errorf("--memory-limit: %w", err)}
+			}
+			if limit == math.MaxInt64 {
+				log.Info("memory limit", "limit", "off")
+			} else {
+				log.Info("memory limit", "limit_mib", limit>>20)
 			}
 			hcfg := httpapi.Config{Addr: httpAddr, Token: httpToken, Pprof: withPprof, Logger: log}
 			if httpAddr != "off" {
@@ -146,6 +157,7 @@ non-loopback address needs a bearer token (--http-token or
 	f.StringVar(&httpToken, "http-token", "", "bearer token required on every HTTP request (default $"+httpapi.TokenEnv+"); needed off loopback")
 	f.BoolVar(&withPprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP server")
 	f.IntVar(&maxBacklog, "max-backlog", runtime.DefaultMaxBacklog, "back-pressure: a source waits while an output queue has more unconsumed events than this, unless its config sets "+runtime.MaxBacklogKey+" (negative: no bound)")
+	f.StringVar(&memoryLimit, "memory-limit", "auto", `soft memory limit of the process (Go's GOMEMLIMIT): "auto" (the store's memory budget + 128MiB, unless GOMEMLIMIT is set), "off", or a size such as 512MiB or 2GiB`)
 	g.addJSON(c)
 	c.Flags().Lookup("json").Usage = "at exit, write the final status as JSON to stdout"
 	return c
