@@ -33,6 +33,15 @@
 // A crash or a hang of the process fails the step too; the host restarts the
 // process (and calls Init again) before the next step.
 //
+// Steps travel over the step channel (package flowlet/plugin/channel): a
+// connection of its own, opened after Init, on which each step is one frame
+// each way.
+//
+// The process runs with GOMAXPROCS=1 unless the environment sets GOMAXPROCS
+// (the host's Options.Env, say): it makes one step at a time, and spare Ps
+// only compete with the host for the cores. A flowlet that parallelizes its
+// own work may call runtime.GOMAXPROCS in its Init.
+//
 // Logging: the Logger of InitContext and Context writes JSON lines to the
 // process's stderr, which the host logs, tagged with the flowlet and
 // instance; anything else written to stderr is logged as well.
@@ -43,6 +52,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"sync"
 	"time"
@@ -94,6 +104,12 @@ func Serve(newFlowlet func() flowlet.Flowlet, info flowlet.TypeInfo) {
 	if err := check(newFlowlet, info); err != nil {
 		fmt.Fprintln(os.Stderr, "flowrun plugin:", err)
 		os.Exit(1)
+	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		// One step at a time on one goroutine: more Ps only add threads
+		// that spin and wake each other up, competing with the host for
+		// the cores (on two busy cores, 10-30% of the plugin's throughput).
+		runtime.GOMAXPROCS(1)
 	}
 	stderr := os.Stderr // go-plugin replaces os.Stderr with a pipe; log to the real one
 	if prefix := os.Getenv(ProfileEnv); prefix != "" {
