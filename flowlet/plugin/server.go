@@ -264,6 +264,11 @@ func (s *server) step(ctx context.Context, call *pb.StepCall) (*pb.StepResponse,
 	return nil, status.Errorf(codes.InvalidArgument, "flowrun plugin: unknown step op %v", call.Op)
 }
 
+// ChannelEnv names an environment variable for diagnostics and
+// comparisons: "off" makes the plugin answer OpenChannel with
+// codes.Unimplemented, so the host sends its steps over the Steps stream.
+const ChannelEnv = "FLOWRUN_PLUGIN_CHANNEL"
+
 // channelAcceptTimeout bounds the wait for the host to connect to the step
 // channel (and its TLS handshake).
 const channelAcceptTimeout = 30 * time.Second
@@ -271,6 +276,9 @@ const channelAcceptTimeout = 30 * time.Second
 // OpenChannel listens on a new socket for the step channel (package
 // channel) and returns its address and the plugin's certificate for it.
 func (s *server) OpenChannel(ctx context.Context, req *pb.ChannelRequest) (*pb.ChannelResponse, error) {
+	if os.Getenv(ChannelEnv) == "off" {
+		return nil, status.Error(codes.Unimplemented, "flowrun plugin: the step channel is off ("+ChannelEnv+")")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.f == nil {

@@ -260,10 +260,16 @@ func (in *inst) ensure(ctx context.Context) (*proc, error) {
 		return nil, in.callError("Init", err, ctx.Err() == nil && errors.Is(ictx.Err(), context.DeadlineExceeded), pr)
 	}
 	if err := pr.openChannel(ictx); err != nil {
-		pr.kill()
-		in.fails++
-		in.lastFail = time.Now()
-		return nil, in.callError("OpenChannel", err, ctx.Err() == nil && errors.Is(ictx.Err(), context.DeadlineExceeded), pr)
+		if pr.exited() || ictx.Err() != nil {
+			pr.kill()
+			in.fails++
+			in.lastFail = time.Now()
+			return nil, in.callError("OpenChannel", err, ctx.Err() == nil && errors.Is(ictx.Err(), context.DeadlineExceeded), pr)
+		}
+		// A channel the plugin could not open (a socket path too long,
+		// say) is no reason to fail: the Steps stream carries the same
+		// steps over the gRPC connection.
+		in.p.opts.Logger.Warn("plugin step channel unavailable; steps go over the gRPC stream", "flowlet", in.name, "instance", in.idx, "error", err)
 	}
 	in.setProc(pr)
 	return pr, nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/flowlet/flowlettest"
+	"github.com/flowrun/flowrun/flowlet/plugin"
 	"github.com/flowrun/flowrun/internal/pluginhost"
 )
 
@@ -502,6 +503,50 @@ func TestUnaryPlugin(t *testing.T) {
 	}
 	if tr := transport(f); tr != "unary" {
 		t.Errorf("transport %q, want unary", tr)
+	}
+}
+
+// TestStepsStream: a plugin without the step channel (an older SDK; here
+// the SDK with FLOWRUN_PLUGIN_CHANNEL=off) gets its steps over the Steps
+// stream: emits, state through the broker, a failing step, a hang past
+// the deadline (the process is killed, the next step runs in a new one).
+func TestStepsStream(t *testing.T) {
+	o := options(t, nil)
+	o.CallTimeout = 700 * time.Millisecond
+	o.Env = append(o.Env, plugin.ChannelEnv+"=off")
+	p := open(t, "stream", "testplugin", o)
+	f := p.New()
+	ctx := flowlettest.New("stream")
+	if err := ctx.Init(f, map[string]any{"prefix": "s-"}); err != nil {
+		t.Fatal(err)
+	}
+	defer f.(flowlet.Closer).Close()
+	if err := ctx.Process(f, ev("abc"), ev("put:a=1"), ev("get:a"), ev("count:n")); err != nil {
+		t.Fatal(err)
+	}
+	if tr := transport(f); tr != "steps" {
+		t.Fatalf("transport %q, want steps", tr)
+	}
+	if got := ctx.Emits("out"); len(got) == 0 || got[0] != "s-ABC" {
+		t.Errorf("out %v", got)
+	}
+	if g := ctx.Emits("got"); !slices.Equal(g, []string{"1"}) || ctx.Count("c", "n") != 1 {
+		t.Errorf("state over the broker: got %v, count %d", g, ctx.Count("c", "n"))
+	}
+	if err := ctx.Process(f, ev("count:n"), ev("fail:x")); err == nil || ctx.Count("c", "n") != 1 {
+		t.Errorf("a failing step: %v, count %d", err, ctx.Count("c", "n"))
+	}
+	old := pid(f)
+	err := ctx.Process(f, ev("sleep:5000"))
+	var ce *pluginhost.CallError
+	if !errors.As(err, &ce) || !ce.Timeout {
+		t.Fatalf("hang: want a timeout, got %v", err)
+	}
+	if err := ctx.Process(f, ev("again")); err != nil {
+		t.Fatal(err)
+	}
+	if pid(f) == old || transport(f) != "steps" {
+		t.Errorf("after the hang: pid %d (was %d), transport %q", pid(f), old, transport(f))
 	}
 }
 
