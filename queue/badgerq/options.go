@@ -24,13 +24,15 @@ import (
 //     caches Badger reads blocks and table indexes straight from the
 //     memory-mapped tables (page cache, which the kernel can drop) instead of
 //     copying them into the Go heap.
-//   - Tables of MemTableSize/2 (4 MiB) at every level. A table builder
-//     holds its whole table in a z.Allocator of twice the table size, and
-//     Badger keeps up to 8 of them in a pool that only shrinks when idle:
-//     at this size an allocator taken from the pool also holds a memtable
-//     flush (an L0 table is smaller than its memtable) without growing, so
-//     the pool stays at 8 × 8 MiB. With 2 MiB tables a flush grew a 4 MiB
-//     allocator to 12 MiB and the pool crept up with the data written.
+//   - Tables of half a memtable's arena (6 MiB) at every level. A table
+//     builder holds its whole table in a z.Allocator of twice the table
+//     size, and Badger keeps up to 8 of them in a pool that only shrinks
+//     when idle; memtable flushes take theirs from the same pool. At this
+//     size any pooled allocator holds a flush (an L0 table is smaller than
+//     the memtable's arena) without growing, so the pool stays at 8 × 12 MiB.
+//     With 2 MiB tables a flush grew a 4 MiB allocator to 12 MiB, with
+//     4 MiB tables a flush of reclaim filler (512 B values) grew an 8 MiB
+//     one to 24 MiB, and the pool crept up with the data written.
 //   - 16 MiB value-log files, so value-log GC can hand back space in small
 //     steps once entries are evicted.
 //   - No compression: payloads are user data, often compressed already, and
@@ -54,15 +56,16 @@ import (
 // nothing in the returned options.
 func TunedOptions(dir string, durable bool) badger.Options {
 	_ = durable
+	const memTable = 8 << 20
 	o := badger.DefaultOptions(dir).
 		WithSyncWrites(false).
 		WithLogger(nil).
 		WithValueThreshold(1 << 10).
-		WithMemTableSize(8 << 20).
+		WithMemTableSize(memTable).
 		WithNumMemtables(3).
 		WithNumLevelZeroTables(3).
 		WithNumLevelZeroTablesStall(8).
-		WithBaseTableSize(4 << 20).
+		WithBaseTableSize(halfArena(memTable)).
 		WithBlockCacheSize(0).
 		WithIndexCacheSize(0).
 		WithValueLogFileSize(16 << 20).
@@ -80,17 +83,17 @@ func TunedOptions(dir string, durable bool) badger.Options {
 // MemoryBudget estimates the heap memory a DB opened with o holds at most,
 // whatever the data written: memtable arenas (NumMemtables plus the one
 // being flushed), the block and index caches, the table builders' pool (8
-// allocators of twice the largest table, or of a memtable if that is more:
-// an L0 table is at most a memtable) and the index buffers of the builders
-// running at once (3 MiB each, one per compactor and one flush). For
-// TunedOptions: 4 × 10.4 + 8 × 8 + 3 × 3 ≈ 115 MiB. The runtime derives its default
+// allocators of twice the largest table, or of a memtable's arena if that is
+// more: an L0 table is smaller than the arena it was built from) and the
+// index buffers of the builders running at once (3 MiB each, one per
+// compactor and one flush). For TunedOptions: 4 × 10.4 + 8 × 12 + 3 × 3 ≈
+// 147 MiB. The runtime derives its default
 // memory limit from it (specs/queues.md, "Memory").
 //
 // It holds for TableSizeMultiplier 1 (TunedOptions); with doubling tables it
 // counts the deepest level Badger may build (MaxLevels).
 func MemoryBudget(o badger.Options) int64 {
-	batch := 15 * o.MemTableSize / 100
-	arena := o.MemTableSize + batch + batch/int64(skl.MaxNodeSize)*int64(skl.MaxNodeSize)
+	arena := arenaBytes(o.MemTableSize)
 	table := o.BaseTableSize
 	for range max(o.MaxLevels-2, 0) {
 		if o.TableSizeMultiplier <= 1 {
@@ -98,7 +101,7 @@ func MemoryBudget(o badger.Options) int64 {
 		}
 		table *= int64(o.TableSizeMultiplier)
 	}
-	builder := max(2*table, o.MemTableSize)
+	builder := max(2*table, arena)
 	const poolSize, indexBuf = 8, 3 << 20
 	return int64(o.NumMemtables+1)*arena + o.BlockCacheSize + o.IndexCacheSize +
 		poolSize*builder + int64(o.NumCompactors+1)*indexBuf
@@ -109,4 +112,20 @@ func MemoryBudget(o badger.Options) int64 {
 // Options{Sync: true} to Open (see TunedOptions).
 func OpenDB(dir string, durable bool) (*badger.DB, error) {
 	return badger.Open(TunedOptions(dir, durable))
+}
+
+// arenaBytes is the size of the skiplist arena Badger allocates per memtable
+// (badger.arenaSize): the memtable, plus room for its largest batch (15%)
+// and that batch's nodes.
+func arenaBytes(memTable int64) int64 {
+	batch := 15 * memTable / 100
+	return memTable + batch + batch/int64(skl.MaxNodeSize)*int64(skl.MaxNodeSize)
+}
+
+// halfArena is half a memtable's arena, rounded up to a MiB: tables of this
+// size get builder allocators (twice the table size) that any memtable flush
+// fits in.
+func halfArena(memTable int64) int64 {
+	const mib = 1 << 20
+	return (arenaBytes(memTable)/2 + mib - 1) / mib * mib
 }
