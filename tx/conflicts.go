@@ -53,17 +53,9 @@ func newConflictIndexSized(genKeys int) conflictIndex {
 }
 
 // checkAndHold reserves keys (duplicates allowed) for transaction id, which
-// started at startSeq, unless one of them committed after it started or is
-// held by another transaction (pending).
+// started at startSeq, unless one of them committed after it started, or else
+// is held by another transaction (pending).
 func (ci *conflictIndex) checkAndHold(id, startSeq uint64, keys []uint64) (pending, ok bool) {
-	mark := pendingBit | id
-	if ci.held > 0 {
-		for _, k := range keys {
-			if h := ci.holds.get(k); h != 0 && h != mark {
-				return true, false
-			}
-		}
-	}
 	// Newest first: generations are in commit order, so the first one with
 	// nothing after startSeq ends the search.
 	for i := len(ci.gens) - 1; i >= 0; i-- {
@@ -77,10 +69,17 @@ func (ci *conflictIndex) checkAndHold(id, startSeq uint64, keys []uint64) (pendi
 			}
 		}
 	}
-	for _, k := range keys {
-		if ci.holds.get(k) != mark {
-			ci.holdsSet(k, mark)
+	// Hold as we go (one probe per key); a key held by another undoes ours.
+	mark := pendingBit | id
+	for i, k := range keys {
+		switch old := ci.holdsSwap(k, mark); old {
+		case 0:
 			ci.held++
+		case mark: // a duplicate, or held since an earlier CanCommit
+		default:
+			ci.holds.set(k, old)
+			ci.release(id, keys[:i])
+			return true, false
 		}
 	}
 	return false, true
@@ -97,9 +96,9 @@ func (ci *conflictIndex) release(id uint64, keys []uint64) {
 	}
 }
 
-// holdsSet stores a hold, first rebuilding the holds table when released
-// slots (kept as zero values) would make it grow.
-func (ci *conflictIndex) holdsSet(k, v uint64) {
+// holdsSwap stores a hold and returns what it replaced, first rebuilding the
+// holds table when released slots (kept as zero values) would make it grow.
+func (ci *conflictIndex) holdsSwap(k, v uint64) uint64 {
 	if (ci.holds.used+1)*4 > len(ci.holds.slots)*3 && ci.held*4 < len(ci.holds.slots) {
 		ci.live = ci.live[:0]
 		ci.holds.each(func(k, v uint64) { ci.live = append(ci.live, kv{k, v}) })
@@ -108,7 +107,7 @@ func (ci *conflictIndex) holdsSet(k, v uint64) {
 			ci.holds.set(e.k, e.v)
 		}
 	}
-	ci.holds.set(k, v)
+	return ci.holds.swap(k, v)
 }
 
 // commit records keys as committed now, ending id's holds on them.

@@ -39,15 +39,15 @@ func TestConflictIndexMatchesModel(t *testing.T) {
 			}
 			wantPending, wantOK := false, true
 			for _, k := range keys {
-				if h, ok := holder[k]; ok && h != x.id {
-					wantPending, wantOK = true, false
+				if last[k] > x.start {
+					wantOK = false
 					break
 				}
 			}
 			if wantOK {
 				for _, k := range keys {
-					if last[k] > x.start {
-						wantOK = false
+					if h, ok := holder[k]; ok && h != x.id {
+						wantPending, wantOK = true, false
 						break
 					}
 				}

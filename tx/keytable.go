@@ -64,6 +64,29 @@ func (t *keyTable) set(k, v uint64) {
 	}
 }
 
+// swap stores v under k and returns the value it replaced (0 if absent), in
+// one probe.
+func (t *keyTable) swap(k, v uint64) uint64 {
+	k = fix(k)
+	if (t.used+1)*4 > len(t.slots)*3 {
+		t.grow()
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := k & mask; ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.k == k {
+			old := s.v
+			s.v = v
+			return old
+		}
+		if s.k == 0 {
+			s.k, s.v = k, v
+			t.used++
+			return 0
+		}
+	}
+}
+
 func (t *keyTable) grow() {
 	old := t.slots
 	t.slots = make([]kv, 2*len(old))
