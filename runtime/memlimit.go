@@ -14,13 +14,13 @@ import (
 // AppMemoryAllowance is what DefaultMemoryLimit adds to the store's memory
 // budget: the runtime and the flowlets (steps in flight, state caches) and
 // the garbage collector's headroom over all of it.
-const AppMemoryAllowance = 128 << 20
+const AppMemoryAllowance = 64 << 20
 
 // DefaultMemoryLimit is the soft memory limit `flowrun run` sets unless told
 // otherwise (--memory-limit, or GOMEMLIMIT in the environment): the heap the
 // store's Badger DB holds at most (badgerq.MemoryBudget of the options the
 // runtime opens it with: memtables, caches, table builders) plus
-// AppMemoryAllowance — 242 MiB with the default options.
+// AppMemoryAllowance — 210 MiB with the default options.
 //
 // Why a limit: Badger's memtables and pooled table builders are Go heap,
 // about 115 MiB once the pool has filled, and with GOGC's default headroom

@@ -157,7 +157,7 @@ non-loopback address needs a bearer token (--http-token or
 	f.StringVar(&httpToken, "http-token", "", "bearer token required on every HTTP request (default $"+httpapi.TokenEnv+"); needed off loopback")
 	f.BoolVar(&withPprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP server")
 	f.IntVar(&maxBacklog, "max-backlog", runtime.DefaultMaxBacklog, "back-pressure: a source waits while an output queue has more unconsumed events than this, unless its config sets "+runtime.MaxBacklogKey+" (negative: no bound)")
-	f.StringVar(&memoryLimit, "memory-limit", "auto", `soft memory limit of the process (Go's GOMEMLIMIT): "auto" (the store's memory budget + 128MiB, unless GOMEMLIMIT is set), "off", or a size such as 512MiB or 2GiB`)
+	f.StringVar(&memoryLimit, "memory-limit", "auto", `soft memory limit of the process (Go's GOMEMLIMIT): "auto" (the store's memory budget + 64MiB, unless GOMEMLIMIT is set), "off", or a size such as 512MiB or 2GiB`)
 	g.addJSON(c)
 	c.Flags().Lookup("json").Usage = "at exit, write the final status as JSON to stdout"
 	return c
