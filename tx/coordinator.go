@@ -88,16 +88,16 @@ type txState struct {
 	committing bool
 	// finalizing: its commit record is being written; it cannot expire now.
 	finalizing bool
+	// recovered: in progress when the coordinator last stopped. What
+	// committed since it started is not known, so any change key it tries to
+	// commit conflicts, except those it held (passed CanCommit) before.
+	recovered bool
 }
 
-// committedEdit is the COMMITTED edit of st. Its keys are left out when
-// CanCommit already logged them (replay takes them from the COMMITTING edit).
+// committedEdit is the COMMITTED edit of st. It carries no change keys:
+// recovery does not need the keys of finished transactions (see restore).
 func (c *Coordinator) committedEdit(st *txState) Edit {
-	e := Edit{Kind: EditCommitted, TxID: st.id, Pointers: st.loggedPointers()}
-	if !st.committing {
-		e.Keys = st.keys
-	}
-	return e
+	return Edit{Kind: EditCommitted, TxID: st.id, Pointers: st.loggedPointers()}
 }
 
 // loggedPointers is what an edit records of the pointers: nothing when the
@@ -441,6 +441,14 @@ func (c *Coordinator) appendDurable(e Edit, writes []Write) error {
 }
 
 func (c *Coordinator) reserveKeysLocked(st *txState, keys []uint64) error {
+	if st.recovered {
+		for _, k := range keys {
+			if !slices.Contains(st.keys, k) {
+				c.stats.conflicts++
+				return &ConflictError{TxID: st.id}
+			}
+		}
+	}
 	c.conflicts.release(st.id, st.keys)
 	st.keys = nil
 	pending, ok := c.conflicts.checkAndHold(st.id, st.startSeq, keys)

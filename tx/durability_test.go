@@ -104,6 +104,27 @@ func checkScene(t *testing.T, c *Coordinator, s scene) {
 	if err := c.CanCommit(s.inProgress, [][]byte{[]byte("k3")}); !errors.Is(err, ErrConflict) {
 		t.Errorf("recovered tx vs recovered commit = %v, want ErrConflict", err)
 	}
+	// What committed before the crash is not kept: any key conflicts, even
+	// one nobody wrote; no key at all cannot.
+	if err := c.CanCommit(s.inProgress, [][]byte{[]byte("never-written")}); !errors.Is(err, ErrConflict) {
+		t.Errorf("recovered tx, unknown key = %v, want ErrConflict", err)
+	}
+	if err := c.CanCommit(s.inProgress, nil); err != nil {
+		t.Errorf("recovered tx without keys: %v", err)
+	}
+	// A recovered committing transaction keeps its own keys, and no others.
+	if err := c.CanCommit(s.committing, [][]byte{[]byte("k2"), []byte("k4")}); !errors.Is(err, ErrConflict) {
+		t.Errorf("recovered committing tx, a new key = %v, want ErrConflict", err)
+	}
+	if err := c.CanCommit(s.committing, [][]byte{[]byte("k2")}); err != nil {
+		t.Errorf("recovered committing tx, its own key: %v", err)
+	}
+	// New transactions conflict with its held key until it commits.
+	fresh := must[*Tx](t)(c.StartShort(time.Minute))
+	if err := c.CanCommit(fresh, [][]byte{[]byte("k2")}); !errors.Is(err, ErrConflict) {
+		t.Errorf("new tx vs recovered holder = %v, want ErrConflict", err)
+	}
+	c.Abort(fresh)
 	if err := c.Commit(s.committing); err != nil {
 		t.Errorf("recovered committing tx: %v", err)
 	}

@@ -66,8 +66,10 @@ type State struct {
 	InProgress  []InProgressTx
 	// Invalid lists invalid pointers, sorted.
 	Invalid []uint64
-	// Committed change keys of transactions that may still conflict with an
-	// in-progress one, as (key, commit sequence) pairs.
+	// Committed change keys, as (key, commit sequence) pairs. No longer
+	// written: a recovered transaction that had not reached CanCommit
+	// conflicts on any key (see restore), so recovery needs no committed keys.
+	// Kept so that older snapshots still decode.
 	Committed []CommittedKey
 }
 

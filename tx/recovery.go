@@ -23,22 +23,6 @@ func (c *Coordinator) stateLocked() *State {
 			Pointers: slices.Clone(st.pointers), Committing: st.committing, Keys: st.keys,
 		})
 	}
-	// Only keys that an in-progress transaction could still conflict with.
-	oldest := c.oldestStartSeqLocked()
-	c.conflicts.committedKeys(func(k, seq uint64) {
-		if seq > oldest {
-			s.Committed = append(s.Committed, CommittedKey{Key: k, Pointer: seq})
-		}
-	})
-	slices.SortFunc(s.Committed, func(a, b CommittedKey) int {
-		switch {
-		case a.Key < b.Key:
-			return -1
-		case a.Key > b.Key:
-			return 1
-		}
-		return 0
-	})
 	return s
 }
 
@@ -46,12 +30,12 @@ func (c *Coordinator) stateLocked() *State {
 //
 // Transactions in progress at the crash stay in progress with their original
 // expiry, so a client that survived the crash (a remote participant) can still
-// finish them; the sweeper invalidates the rest when they expire. Commit order
-// before the crash is not known exactly, so every recovered in-progress
-// transaction conflicts with every recovered committed key: at worst a spurious
-// conflict, never a lost update.
+// finish them; the sweeper invalidates the rest when they expire. Those that
+// had passed CanCommit hold their keys again. For the others, what committed
+// after they started is not kept (snapshots and COMMITTED edits carry no
+// keys, which keeps both small), so any change key they try to commit
+// conflicts: at worst a spurious conflict, never a lost update.
 func (c *Coordinator) restore(s *State, edits []Edit) {
-	recoveredKeys := map[uint64]struct{}{}
 	if s != nil {
 		c.nextPointer = max(c.nextPointer, s.NextPointer)
 		c.reserved = s.NextPointer
@@ -63,33 +47,22 @@ func (c *Coordinator) restore(s *State, edits []Edit) {
 				pointers: slices.Clone(t.Pointers), committing: t.Committing, keys: t.Keys,
 			}
 		}
-		for _, k := range s.Committed {
-			recoveredKeys[k.Key] = struct{}{}
-		}
 	}
 	for _, e := range edits {
-		c.replay(e, recoveredKeys)
+		c.replay(e)
 	}
 	// Every pointer below the reservation may have been handed out.
 	c.nextPointer = max(c.nextPointer, c.reserved)
 	c.reserved = c.nextPointer // the next start reserves a fresh block
 	c.ordered = c.ordered[:0]
-	if len(recoveredKeys) > 0 {
-		keys := make([]uint64, 0, len(recoveredKeys))
-		for k := range recoveredKeys {
-			keys = append(keys, k)
-		}
-		// One commit at seq 1; recovered transactions have startSeq 0, new ones >= 1.
-		c.conflicts.commit(0, keys)
-	}
 	for _, st := range c.inProgress {
 		c.ordered = append(c.ordered, st.allPointers()...)
+		st.recovered = true
 		if st.committing {
 			keys := st.keys
 			st.keys = nil
-			// Recovered committing transactions keep their keys (startSeq 1
-			// lets them hold keys committed before the crash).
-			if _, ok := c.conflicts.checkAndHold(st.id, 1, keys); ok {
+			// Recovered committing transactions hold their keys again.
+			if _, ok := c.conflicts.checkAndHold(st.id, 0, keys); ok {
 				st.keys = keys
 			}
 		}
@@ -98,7 +71,7 @@ func (c *Coordinator) restore(s *State, edits []Edit) {
 	c.dirty = true
 }
 
-func (c *Coordinator) replay(e Edit, recoveredKeys map[uint64]struct{}) {
+func (c *Coordinator) replay(e Edit) {
 	bump := func(p uint64) { c.nextPointer = max(c.nextPointer, p+1) }
 	if len(e.Pointers) == 0 && (e.Kind == EditCommitted || e.Kind == EditAborted || e.Kind == EditInvalid) {
 		e.Pointers = []uint64{e.TxID}
@@ -121,16 +94,10 @@ func (c *Coordinator) replay(e Edit, recoveredKeys map[uint64]struct{}) {
 			st.keys = e.Keys
 		}
 	case EditCommitted:
-		if st, ok := c.inProgress[e.TxID]; ok && len(e.Keys) == 0 {
-			e.Keys = st.keys // logged by its COMMITTING edit
-		}
 		delete(c.inProgress, e.TxID)
 		for _, p := range e.Pointers {
 			bump(p)
 			c.readPointer = max(c.readPointer, p)
-		}
-		for _, k := range e.Keys {
-			recoveredKeys[k] = struct{}{}
 		}
 	case EditAborted:
 		delete(c.inProgress, e.TxID)
