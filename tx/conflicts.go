@@ -23,7 +23,7 @@ type conflictIndex struct {
 	live    []kv          // scratch for rebuilding holds in place
 	gens    []*generation // oldest first; the last one takes new commits
 	genKeys int           // keys per generation before it is frozen
-	spare   *generation   // a dropped generation, kept for reuse
+	spare   []*generation // dropped generations, kept for reuse (up to maxSpare)
 	rotated bool          // a generation was frozen since the last prune
 }
 
@@ -40,6 +40,7 @@ const (
 	// few hundred commits. 2K–16K measured within the noise of this machine.
 	defaultGenKeys = 4 << 10
 	minHolds       = 1024
+	maxSpare       = 16 // 2 MiB of tables at the default size
 )
 
 func newConflictIndex() conflictIndex {
@@ -131,8 +132,9 @@ func (ci *conflictIndex) commit(id uint64, keys []uint64) {
 }
 
 func (ci *conflictIndex) newGeneration() *generation {
-	if g := ci.spare; g != nil {
-		ci.spare = nil
+	if n := len(ci.spare); n > 0 {
+		g := ci.spare[n-1]
+		ci.spare = ci.spare[:n-1]
 		g.keys.clear()
 		g.maxSeq = ci.seq
 		return g
@@ -152,8 +154,13 @@ func (ci *conflictIndex) pruneBelow(bound uint64) {
 		n++
 	}
 	if n > 0 {
-		ci.spare = ci.gens[n-1]
+		for _, g := range ci.gens[:n] {
+			if len(ci.spare) < maxSpare {
+				ci.spare = append(ci.spare, g)
+			}
+		}
 		ci.gens = append(ci.gens[:0], ci.gens[n:]...)
+		clear(ci.gens[len(ci.gens) : n+len(ci.gens)])
 	}
 	if len(ci.gens) == 1 && ci.gens[0].maxSeq < bound && ci.gens[0].keys.used > 0 {
 		ci.gens[0].keys.clear()
