@@ -138,7 +138,9 @@ type App struct {
 	drained     atomic.Bool
 	fatal       chan error
 
-	started time.Time
+	// started is when Run started (nil before): Status may be called from
+	// the HTTP server while Run starts.
+	started atomic.Pointer[time.Time]
 	closed  bool
 	ran     bool
 
@@ -450,7 +452,8 @@ func (a *App) Run(ctx context.Context) error {
 		return errors.New("runtime: Run called twice")
 	}
 	a.ran = true
-	a.started = time.Now()
+	now := time.Now()
+	a.started.Store(&now)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	a.scaleMu.Lock()

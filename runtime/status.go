@@ -138,8 +138,8 @@ func (a *App) Status() Status {
 	now := time.Now()
 	s := Status{App: a.plan.App, DataDir: a.opts.DataDir, Time: now, Drained: a.drained.Load(), Tx: txStatus(a.st.coord.Stats())}
 	s.Ready, _ = a.Ready()
-	if !a.started.IsZero() {
-		s.Uptime = now.Sub(a.started).Seconds()
+	if t := a.started.Load(); t != nil {
+		s.Uptime = now.Sub(*t).Seconds()
 	}
 	lag := map[string]int64{} // flowlet → backlog
 	dlq := map[string]int64{}
