@@ -125,8 +125,7 @@ func (a *App) Ingest(ctx context.Context, flowletName, input string, events []In
 		}
 		break
 	}
-	a.produced(input, len(evs))
-	a.notify(input)
+	a.produced(input, len(evs)) // the consumers are woken by the queue
 	a.log.Info("ingested", "flowlet", flowletName, "queue", input, "events", len(evs))
 	return len(evs), nil
 }

@@ -122,12 +122,7 @@ type App struct {
 	instances []*instance
 	flowlets  []*flowletRT
 	byName    map[string]*flowletRT
-	// subs maps a queue to the instances' inputs on it; copy-on-write
-	// (subMu) so that notify, on every commit, reads it without a lock.
-	subMu    sync.Mutex
-	subs     atomic.Pointer[map[string][]*input]
-	fastPath bool
-	busy     atomic.Int64 // steps in flight that hold input
+	fastPath  bool
 
 	gcStores []*state.Store
 	wm       *state.Watermark
@@ -216,7 +211,6 @@ func ParseFile(path string) (*planner.Plan, error) {
 func Open(plan *planner.Plan, opts Options) (*App, error) {
 	opts.withDefaults(plan.App)
 	a := &App{plan: plan, opts: opts, log: opts.Logger.With("app", plan.App), byName: map[string]*flowletRT{}, fatal: make(chan error, 1)}
-	a.subs.Store(&map[string][]*input{})
 	if err := a.checkPlan(); err != nil {
 		return nil, err
 	}
@@ -396,52 +390,6 @@ func (a *App) Plan() *planner.Plan { return a.plan }
 
 // DataDir returns the app's store directory.
 func (a *App) DataDir() string { return a.opts.DataDir }
-
-func (a *App) subscribe(queueName string, in *input) {
-	in.dirty.Store(true) // unknown until the first dequeue
-	a.subMu.Lock()
-	defer a.subMu.Unlock()
-	old := *a.subs.Load()
-	m := make(map[string][]*input, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	m[queueName] = append(append([]*input(nil), old[queueName]...), in)
-	a.subs.Store(&m)
-}
-
-// unsubscribe removes an instance's inputs (the instance stopped for good).
-func (a *App) unsubscribe(ins []*input) {
-	a.subMu.Lock()
-	defer a.subMu.Unlock()
-	drop := map[*input]bool{}
-	for _, in := range ins {
-		drop[in] = true
-	}
-	old := *a.subs.Load()
-	m := make(map[string][]*input, len(old))
-	for k, v := range old {
-		var keep []*input
-		for _, in := range v {
-			if !drop[in] {
-				keep = append(keep, in)
-			}
-		}
-		m[k] = keep
-	}
-	a.subs.Store(&m)
-}
-
-// notify wakes the consumers of a queue after a commit that enqueued to it.
-func (a *App) notify(queueName string) {
-	for _, in := range (*a.subs.Load())[queueName] {
-		in.dirty.Store(true)
-		select {
-		case in.wake <- struct{}{}:
-		default:
-		}
-	}
-}
 
 // Run runs every instance until ctx is cancelled (SIGINT/SIGTERM in the CLI)
 // or, with Options.Drain, until the app has drained. In-flight steps commit

@@ -49,11 +49,19 @@ type route struct {
 }
 
 // input is one queue an instance consumes.
+//
+// Wake-ups come from the queue (queue.Notifier): a producer's commit, any
+// producer's, the app's flowlets, Ingest and dead-letter replay alike, a
+// rescale, partitions released with entries left in them. ready is the
+// Ready channel taken before the transaction of the last dequeue that found
+// the input empty: while it is open nothing was committed to the queue since
+// that transaction's snapshot, so the driver neither dequeues from the
+// input nor wakes up for it. nil means look (never looked, or the last
+// dequeue returned entries, or failed).
 type input struct {
-	// dirty: a producer committed to the queue since the last dequeue found
-	// it empty (set before the owner is woken, cleared before a dequeue).
-	dirty  atomic.Bool
-	wake   chan struct{}
+	n      queue.Notifier
+	ready  <-chan struct{}
+	next   <-chan struct{} // Ready taken before the current step's transaction
 	queue  string
 	key    string // the queue's partition key name
 	c      queue.Consumer
@@ -88,7 +96,6 @@ type instance struct {
 	outs   map[string]*route
 	dlq    *route
 	txc    *tx.Context
-	wake   chan struct{}
 	final  chan chan struct{} // drain: run one last tick, then close the channel
 
 	// stop is closed when Scale removes the instance: it finishes its
@@ -114,7 +121,6 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 		a: a, frt: frt, fl: f, typ: frt.typ, st: frt.st, idx: idx,
 		logger:   a.log.With("flowlet", f.Name, "instance", idx),
 		outs:     map[string]*route{},
-		wake:     make(chan struct{}, 1),
 		final:    make(chan chan struct{}, 1),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
@@ -158,10 +164,12 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 		if err != nil {
 			return nil, fmt.Errorf("flowlet %q: consumer of %s: %w", f.Name, qn, err)
 		}
-		inp := &input{queue: qn, key: a.plan.Queue(qn).Key, c: c, wake: in.wake}
+		inp, err := newInput(qn, a.plan.Queue(qn).Key, c)
+		if err != nil {
+			return nil, fmt.Errorf("flowlet %q: %w", f.Name, err)
+		}
 		in.inputs = append(in.inputs, inp)
 		parts = append(parts, c)
-		a.subscribe(qn, inp)
 	}
 	if len(f.Inputs) > 0 {
 		rq := ReplayName(f.Name)
@@ -169,10 +177,13 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 		if err != nil {
 			return nil, fmt.Errorf("flowlet %q: consumer of %s: %w", f.Name, rq, err)
 		}
-		inp := &input{queue: rq, c: c, replay: true, wake: in.wake}
+		inp, err := newInput(rq, "", c)
+		if err != nil {
+			return nil, fmt.Errorf("flowlet %q: %w", f.Name, err)
+		}
+		inp.replay = true
 		in.inputs = append(in.inputs, inp)
 		parts = append(parts, c)
-		a.subscribe(rq, inp)
 	}
 	newRoute := func(qn, key string, max int) (*route, error) {
 		p, err := qs.Producer(qn)
@@ -287,16 +298,13 @@ func (in *instance) runConsumer(ctx context.Context) error {
 		if n > 0 {
 			continue
 		}
-		select {
-		case <-ctx.Done():
-		case <-in.stop:
-		case <-in.wake:
-		case <-tickC:
+		switch w, done := in.idle(ctx, tickC); w {
+		case wakeTick:
 			if err := in.tick(ctx); err != nil {
 				return err
 			}
 			timer.Reset(in.fl.Tick)
-		case done := <-in.final:
+		case wakeFinal:
 			if in.ticker != nil {
 				if err := in.tick(ctx); err != nil {
 					return err
@@ -461,8 +469,7 @@ func (in *instance) finish(sc *stepCtx) (retry bool, err error) {
 	for _, r := range in.outs {
 		if r.n > 0 {
 			in.st.emitted.Add(uint64(r.n))
-			in.a.produced(r.queue, r.n)
-			in.a.notify(r.queue)
+			in.a.produced(r.queue, r.n) // consumers: woken by the queue
 			r.n = 0
 		}
 	}
@@ -514,6 +521,13 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 			return 0, nil // removed by Scale: the input goes to the new owner
 		}
 		t0 := time.Now()
+		// Before the transaction: a commit after its snapshot, which the
+		// dequeue cannot see, must close the channel we keep.
+		for _, inp := range in.inputs {
+			if inp.looks() {
+				inp.next = inp.n.Ready()
+			}
+		}
 		sc, err := in.start(ctx)
 		if err != nil {
 			return 0, err
@@ -605,18 +619,20 @@ func (in *instance) dequeue() ([]inEvent, error) {
 	}
 	for i := 0; i < n && len(out) < limit; i++ {
 		inp := in.inputs[(in.next+i)%n]
-		if !inp.dirty.Swap(false) {
+		if !inp.looks() {
 			continue // found empty, and nothing committed to it since
 		}
 		want := limit - len(out)
 		entries, err := inp.dequeue(want)
 		if err != nil {
-			inp.dirty.Store(true)
+			inp.ready = nil
 			return nil, fmt.Errorf("%s: %w", inp.queue, err)
 		}
 		if len(entries) > 0 {
 			// More may be there; and an abort must find these again.
-			inp.dirty.Store(true)
+			inp.ready = nil
+		} else {
+			inp.ready = inp.next
 		}
 		inp.taken += len(entries)
 		for j := range entries {
@@ -633,6 +649,34 @@ func (in *instance) dequeue() ([]inEvent, error) {
 	}
 	in.next = (in.next + 1) % max(n, 1)
 	return out, nil
+}
+
+// newInput is an input on queue qn; its consumer must say when to look
+// again (queue.Notifier): the runtime does not poll its queues.
+func newInput(qn, key string, c queue.Consumer) (*input, error) {
+	n, ok := c.(queue.Notifier)
+	if !ok {
+		return nil, fmt.Errorf("consumer of %s: %w", qn, errNoNotifier)
+	}
+	return &input{n: n, queue: qn, key: key, c: c}, nil
+}
+
+// errNoNotifier: the queue backend's consumers cannot wake the runtime.
+var errNoNotifier = errors.New("the queue backend's consumer does not implement queue.Notifier")
+
+// looks reports whether the next step should dequeue from the input: it was
+// never found empty, or something may have been committed to it since.
+func (inp *input) looks() bool {
+	if inp.ready == nil {
+		return true
+	}
+	select {
+	case <-inp.ready:
+		inp.ready = nil
+		return true
+	default:
+		return false
+	}
 }
 
 // dequeue takes up to want entries, into the input's reused slice when the

@@ -209,13 +209,9 @@ func dlqSize(q queue.QueueInfo) int64 {
 // once, and no compaction runs afterwards.
 func (s *Store) ReplayDeadLetters(flowletName string, inputs map[string]string) (replayed, kept int, err error) {
 	if s.app != nil {
+		// The flowlet's instances are woken by the replay queue's commits.
 		s.app.adminMu.Lock()
 		defer s.app.adminMu.Unlock()
-		defer func() {
-			if replayed > 0 {
-				s.app.notify(ReplayName(flowletName))
-			}
-		}()
 	}
 	qs := s.st.queues
 	dq, rq := DLQName(flowletName), ReplayName(flowletName)

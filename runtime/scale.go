@@ -97,7 +97,6 @@ func (a *App) Scale(ctx context.Context, flowletName string, n int) (int, error)
 		a.removeLocked(gone)
 		a.instMu.Unlock()
 		for _, in := range gone {
-			a.unsubscribe(in.inputs)
 			if err := in.close(); err != nil {
 				log.Warn("closing a removed instance", "instance", in.idx, "err", err)
 			}
@@ -120,7 +119,6 @@ func (a *App) Scale(ctx context.Context, flowletName string, n int) (int, error)
 			in, err := a.newInstance(frt, i)
 			if err != nil {
 				for _, in := range added {
-					a.unsubscribe(in.inputs)
 					in.close()
 				}
 				frt.n.Store(int32(old))
@@ -139,19 +137,8 @@ func (a *App) Scale(ctx context.Context, flowletName string, n int) (int, error)
 		}
 		a.instMu.Unlock()
 	}
-	// The remaining instances may own partitions with a backlog now: make
-	// them look.
-	a.instMu.Lock()
-	for _, in := range frt.insts {
-		for _, inp := range in.inputs {
-			inp.dirty.Store(true)
-		}
-		select {
-		case in.wake <- struct{}{}:
-		default:
-		}
-	}
-	a.instMu.Unlock()
+	// The remaining instances may own partitions with a backlog now: the
+	// queues' Rescale woke them (queue.Notifier).
 	log.Info("scaled", "from", old, "to", n)
 	return old, nil
 }
