@@ -180,7 +180,8 @@ type flowletRT struct {
 
 type flowletStats struct {
 	processed, emitted, failed, dead, conflicts, unrouted, steps atomic.Uint64
-	done                                                         atomic.Int64 // source instances that ended
+	tooLarge                                                     atomic.Uint64 // steps refused as too large
+	done                                                         atomic.Int64  // source instances that ended
 	errMu                                                        sync.Mutex
 	lastErr                                                      string
 }

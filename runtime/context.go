@@ -72,6 +72,10 @@ type stepCtx struct {
 	dead    []DeadLetter
 	emitErr error // first failed Emit of the current event
 	wrote   bool  // a state write happened
+	// writes and writeBytes: the flowlet's state writes in the step (for
+	// StepTooLargeError).
+	writes     int
+	writeBytes int64
 
 	tracking bool // per-event savepoints on: record undo information
 	undo     []undoRec
@@ -88,7 +92,10 @@ var (
 	_ EventDeadLetterer = (*stepCtx)(nil)
 )
 
-type mark struct{ emits, dead, undo int }
+type mark struct {
+	emits, dead, undo, writes int
+	writeBytes                int64
+}
 
 func (c *stepCtx) reset(ctx context.Context) {
 	c.Context = ctx
@@ -97,6 +104,7 @@ func (c *stepCtx) reset(ctx context.Context) {
 	c.dead = c.dead[:0]
 	c.emitErr = nil
 	c.wrote = false
+	c.writes, c.writeBytes = 0, 0
 	c.tracking = false
 	c.undo = c.undo[:0]
 	clear(c.saved)
@@ -111,7 +119,7 @@ func (c *stepCtx) begin(ev *flowlet.Event) mark {
 	c.event = ev
 	c.emitErr = nil
 	clear(c.saved)
-	return mark{len(c.emits), len(c.dead), len(c.undo)}
+	return mark{len(c.emits), len(c.dead), len(c.undo), c.writes, c.writeBytes}
 }
 
 // rollback undoes everything since m.
@@ -132,7 +140,15 @@ func (c *stepCtx) rollback(m mark) {
 	clear(c.emits[m.emits:])
 	c.emits = c.emits[:m.emits]
 	c.dead = c.dead[:m.dead]
+	c.writes, c.writeBytes = m.writes, m.writeBytes
 	clear(c.saved)
+}
+
+// wrote1 counts one state write of n bytes.
+func (c *stepCtx) wrote1(n int) {
+	c.wrote = true
+	c.writes++
+	c.writeBytes += int64(n)
 }
 
 // Emit implements flowlet.Context.
@@ -258,7 +274,7 @@ func (v *tableView) Put(key, value []byte) error {
 	if err := v.save(key); err != nil {
 		return err
 	}
-	v.c.wrote = true
+	v.c.wrote1(len(key) + len(value))
 	return v.t.Put(key, value)
 }
 
@@ -266,7 +282,7 @@ func (v *tableView) Delete(key []byte) error {
 	if err := v.save(key); err != nil {
 		return err
 	}
-	v.c.wrote = true
+	v.c.wrote1(len(key))
 	return v.t.Delete(key)
 }
 
@@ -281,7 +297,7 @@ func (v *counterView) Add(key []byte, delta int64) error {
 	if err := v.t.Add(key, delta); err != nil {
 		return err
 	}
-	v.c.wrote = true
+	v.c.wrote1(len(key) + 8)
 	if v.c.tracking {
 		v.c.undo = append(v.c.undo, undoRec{counter: v.t, key: slices.Clone(key), delta: delta})
 	}

@@ -113,6 +113,10 @@ type instance struct {
 	perm     map[string]bool // failed with a permanent error: dead-letter at once
 	batchErr map[string]int  // by first event: failures of a whole batch not yet isolated
 	closed   bool
+
+	// limit: the batch size while reduced after a too-large step (0: the
+	// flowlet's batch_size); limitOK: commits since it was last reduced.
+	limit, limitOK int
 }
 
 func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
@@ -560,11 +564,17 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 		if conflict {
 			continue
 		}
+		if err != nil && isTooLarge(err) {
+			if in.tooLargeStep(sc, evs, err) {
+				continue
+			}
+		}
 		if err != nil {
 			if fatalErr(err) {
 				return 0, err
 			}
-			// Timed out or too large: count it as a failure of every event.
+			// Timed out (or too large with its one event being
+			// dead-lettered already): a failure of every event.
 			in.logger.Warn("step commit failed", "err", err, "events", len(evs))
 			in.st.setErr(err)
 			n := 0
@@ -581,6 +591,7 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 			delete(in.perm, e.id)
 			delete(in.batchErr, e.id)
 		}
+		in.committedAtLimit()
 		in.st.processed.Add(uint64(len(evs)))
 		in.frt.rate.add(len(evs))
 		in.frt.hist.observe(time.Since(t0))
@@ -609,7 +620,7 @@ type inEvent struct {
 
 // dequeue takes up to batch_size events, round-robin over the inputs.
 func (in *instance) dequeue() ([]inEvent, error) {
-	limit := in.fl.BatchSize
+	limit := in.batchLimit()
 	clear(in.evs)
 	out := in.evs[:0]
 	defer func() { in.evs = out }()
@@ -882,6 +893,9 @@ func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 			if fatalErr(err) {
 				return srcMore, err
 			}
+			if isTooLarge(err) {
+				err = in.tooLarge(sc, 0, err)
+			}
 			tries++
 			in.logFailure(err, 0)
 			in.st.failed.Add(1)
@@ -962,6 +976,9 @@ func (in *instance) ownStep(ctx context.Context, what string, fn func(*stepCtx) 
 		}
 		if err != nil && fatalErr(err) {
 			return err
+		}
+		if err != nil && isTooLarge(err) {
+			err = in.tooLarge(sc, 0, err)
 		}
 		if err != nil {
 			tries++

@@ -77,6 +77,10 @@ type FlowletStatus struct {
 	DeadLettered uint64 `json:"dead_lettered"`
 	// Conflicts: steps retried after a write conflict.
 	Conflicts uint64 `json:"conflicts"`
+	// TooLarge: steps the store refused whole as too large for one atomic
+	// write (each redone with fewer events, or its one event dead-lettered;
+	// StepTooLargeError).
+	TooLarge uint64 `json:"too_large,omitempty"`
 	// Unrouted: events emitted on outputs without a connection (dropped).
 	Unrouted uint64 `json:"unrouted,omitempty"`
 	// Rate: Processed per second over the last second or so.
@@ -181,7 +185,7 @@ func (a *App) Status() Status {
 			Name: f.fl.Name, Type: typeName(f.fl), Instances: int(f.n.Load()), Source: f.source,
 			Paused: f.paused.Load(), Inputs: f.fl.Inputs, Outputs: outs,
 			Processed: st.processed.Load(), Emitted: st.emitted.Load(), Failed: st.failed.Load(),
-			DeadLettered: st.dead.Load(), Conflicts: st.conflicts.Load(), Unrouted: st.unrouted.Load(),
+			DeadLettered: st.dead.Load(), Conflicts: st.conflicts.Load(), Unrouted: st.unrouted.Load(), TooLarge: st.tooLarge.Load(),
 			Rate: f.rate.rate(now), Backlog: lag[f.fl.Name], DLQ: dlq[DLQName(f.fl.Name)],
 			Done: int(st.done.Load()), Throttled: f.throttled.Load(), LastError: lastErr,
 		})

@@ -21,6 +21,7 @@ type Collector struct {
 	status func() runtime.Status
 
 	processed, emitted, failed, dead, conflicts *prometheus.Desc
+	tooLarge                                    *prometheus.Desc
 	instances, paused, backlog, dlq, rate       *prometheus.Desc
 	stepDur                                     *prometheus.Desc
 	txStarted, txCommits, txConflicts, txAborts *prometheus.Desc
@@ -47,6 +48,7 @@ func New(a *runtime.App, status func() runtime.Status) *Collector {
 		failed:    d("flowrun_flowlet_failed_total", "Failed attempts (errors and panics; each retry counts).", fl...),
 		dead:      d("flowrun_flowlet_dead_lettered_total", "Entries this run wrote to the flowlet's dead-letter queue.", fl...),
 		conflicts: d("flowrun_flowlet_conflicts_total", "Steps retried after a write conflict.", fl...),
+		tooLarge:  d("flowrun_flowlet_too_large_total", "Steps the store refused whole as too large for one atomic write (redone with fewer events, or the event dead-lettered).", fl...),
 		instances: d("flowrun_flowlet_instances", "Live instance count.", fl...),
 		paused:    d("flowrun_flowlet_paused", "1 while the flowlet is paused.", fl...),
 		backlog:   d("flowrun_flowlet_backlog", "Events in the flowlet's input queues it has not consumed.", fl...),
@@ -72,7 +74,7 @@ func New(a *runtime.App, status func() runtime.Status) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.processed, c.emitted, c.failed, c.dead, c.conflicts, c.instances, c.paused,
+	for _, d := range []*prometheus.Desc{c.processed, c.emitted, c.failed, c.dead, c.conflicts, c.tooLarge, c.instances, c.paused,
 		c.backlog, c.dlq, c.rate, c.stepDur, c.txStarted, c.txCommits, c.txConflicts, c.txAborts, c.txInvalidated,
 		c.txInProgress, c.txCommitDur, c.queuePending, c.queueEvents, c.queueBytes, c.ready, c.uptime} {
 		ch <- d
@@ -95,6 +97,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.failed, f.Failed, f.Name)
 		counter(c.dead, f.DeadLettered, f.Name)
 		counter(c.conflicts, f.Conflicts, f.Name)
+		counter(c.tooLarge, f.TooLarge, f.Name)
 		gauge(c.instances, float64(f.Instances), f.Name)
 		gauge(c.paused, b2f(f.Paused), f.Name)
 		gauge(c.backlog, float64(f.Backlog), f.Name)
