@@ -106,6 +106,8 @@ func (d *decoder) decodeApp(root *yaml.Node) *appSpec {
 			})
 		case "connections":
 			d.decodeConnections(v, spec)
+		case "runtime":
+			spec.runtime = d.decodeRuntime(v)
 		}
 	})
 	return spec

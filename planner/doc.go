@@ -38,6 +38,11 @@ Plan as read-only. It guarantees that:
 	}
 	fmt.Print(plan.Text())
 
+The file may also pin settings of `flowrun run` in a top-level runtime
+section (HTTP address, memory limit, back-pressure bound, fsync); the plan
+carries them, each with its position, as Plan.Runtime, and the command line
+overrides them.
+
 Errors from Parse are always an ErrorList of *Error values, each carrying
 file, line and column; use errors.As to get at them.
 
@@ -55,7 +60,8 @@ One concept per file, in pipeline order: parse.go (entry points),
 yamldoc.go (YAML syntax, documents, syntax-error positions), interpolate.go
 (${VAR}), decode.go and spec.go (node tree to a typed spec: kinds, unknown
 and duplicate keys), config.go (free-form config to Go values), validate.go
-(ranges, references, graph shape), plan.go (the Plan), text.go and dot.go
+(ranges, references, graph shape), runtime.go (the runtime section),
+plan.go (the Plan), text.go and dot.go
 (renderings), errors.go and suggest.go (reporting).
 */
 package planner

@@ -18,6 +18,9 @@ type Plan struct {
 	Queues []*Queue
 	// Connections as written, in file order, with defaults applied.
 	Connections []*Connection
+	// Runtime is the file's runtime section (settings of `flowrun run`);
+	// zero when the file has none.
+	Runtime Runtime
 }
 
 // Flowlet is one processing stage and how many copies of it run.
@@ -151,7 +154,7 @@ func (p *Plan) Queue(name string) *Queue {
 
 // buildPlan turns a spec that passed validation into a Plan.
 func buildPlan(spec *appSpec, g *graph) *Plan {
-	p := &Plan{App: spec.app.val}
+	p := &Plan{App: spec.app.val, Runtime: spec.runtime.plan()}
 	byName := map[string]*Flowlet{}
 	rank := map[string]int{} // topological position
 	for i, fs := range topoOrder(spec.flowlets, g.edges) {

@@ -11,6 +11,7 @@ type appSpec struct {
 	flowlets    []*flowletSpec // in file order
 	flowletsBad bool           // flowlets is not a mapping (reported)
 	connections []*connectionSpec
+	runtime     *runtimeSpec // nil: no runtime section
 }
 
 type flowletSpec struct {
@@ -50,7 +51,7 @@ type field[T any] struct {
 // The known fields, in the order the spec documents them. Unknown fields are
 // errors rather than ignored, so a typo never silently becomes a default.
 var (
-	appFields        = []string{"app", "flowlets", "connections"}
+	appFields        = []string{"app", "flowlets", "connections", "runtime"}
 	flowletFields    = []string{"type", "plugin", "instances", "batch_size", "retries", "tick", "config"}
 	connectionFields = []string{"from", "to", "strategy", "key"}
 	retryFields      = []string{"max", "backoff", "max_backoff"}

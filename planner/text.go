@@ -13,6 +13,22 @@ import (
 func (p *Plan) Text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "app %s\n", p.App)
+	if r := p.Runtime; !r.IsZero() {
+		b.WriteString("\nruntime\n")
+		line := func(label, value string) { fmt.Fprintf(&b, "  %-13s %s\n", label, value) }
+		if r.HTTP != nil {
+			line("http", r.HTTP.Value)
+		}
+		if r.MemoryLimit != nil {
+			line("memory_limit", r.MemoryLimit.Value)
+		}
+		if r.MaxBacklog != nil {
+			line("max_backlog", strconv.Itoa(r.MaxBacklog.Value))
+		}
+		if r.NoSync != nil {
+			line("no_sync", strconv.FormatBool(r.NoSync.Value))
+		}
+	}
 	for _, f := range p.Flowlets {
 		fmt.Fprintf(&b, "\nflowlet %s\n", f.Name)
 		line := func(label, value string) { fmt.Fprintf(&b, "  %-11s %s\n", label, value) }

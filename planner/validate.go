@@ -51,6 +51,7 @@ type validator struct {
 func validate(spec *appSpec, types map[string]TypeInfo, errs *errorSink) *graph {
 	v := &validator{types: types, errs: errs, flowlets: map[string]*flowletSpec{}}
 	v.checkApp(spec)
+	v.checkRuntime(spec.runtime)
 	for _, f := range spec.flowlets {
 		v.flowlets[f.name] = f
 		v.names = append(v.names, f.name)

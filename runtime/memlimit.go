@@ -1,13 +1,11 @@
 package runtime
 
 import (
-	"fmt"
 	"math"
 	"os"
 	rt "runtime/debug"
-	"strconv"
-	"strings"
 
+	"github.com/flowrun/flowrun/planner"
 	"github.com/flowrun/flowrun/queue/badgerq"
 )
 
@@ -35,35 +33,24 @@ func DefaultMemoryLimit() int64 {
 	return badgerq.MemoryBudget(badgerq.TunedOptions("", true)) + AppMemoryAllowance
 }
 
-// ParseMemoryLimit reads a --memory-limit value: "auto" (DefaultMemoryLimit,
-// or what GOMEMLIMIT in the environment says if it is set), "off" (no limit,
-// GOMEMLIMIT ignored), or a size: bytes, or a number with a unit B, KiB, MiB,
-// GiB, KB, MB or GB ("512MiB", "1.5GiB"). auto reports whether the value is
-// the default. The size is at least 32 MiB: below that the collector would
-// run all the time.
+// ParseMemoryLimit reads a --memory-limit value (the syntax of
+// planner.ParseMemoryLimit, which the app file's runtime.memory_limit
+// shares): "auto" (DefaultMemoryLimit, or what GOMEMLIMIT in the
+// environment says if it is set), "off" (no limit, GOMEMLIMIT ignored), or a
+// size: bytes, or a number with a unit B, KiB, MiB, GiB, KB, MB or GB
+// ("512MiB", "1.5GiB"), at least 32 MiB (below that the collector would run
+// all the time). auto reports whether the value is the default.
 func ParseMemoryLimit(s string) (limit int64, auto bool, err error) {
-	switch t := strings.TrimSpace(s); strings.ToLower(t) {
-	case "", "auto":
+	n, keyword, err := planner.ParseMemoryLimit(s)
+	switch {
+	case err != nil:
+		return 0, false, err
+	case keyword == "auto":
 		return DefaultMemoryLimit(), true, nil
-	case "off", "none":
+	case keyword == "off":
 		return math.MaxInt64, false, nil
-	default:
-		i := strings.LastIndexAny(t, "0123456789") // the number ends there, the unit follows
-		num, unit := t[:i+1], strings.TrimSpace(t[i+1:])
-		mult := map[string]float64{"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 1e3, "mb": 1e6, "gb": 1e9}[strings.ToLower(unit)]
-		f, perr := strconv.ParseFloat(num, 64)
-		if mult == 0 || perr != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
-			return 0, false, fmt.Errorf("memory limit %q: want auto, off, or a size such as 512MiB or 2GiB", s)
-		}
-		n := f * mult
-		if n < 32<<20 {
-			return 0, false, fmt.Errorf("memory limit %q: below the minimum of 32MiB", s)
-		}
-		if n >= math.MaxInt64 {
-			return math.MaxInt64, false, nil
-		}
-		return int64(n), false, nil
 	}
+	return n, false, nil
 }
 
 // ApplyMemoryLimit sets the process's soft memory limit from a

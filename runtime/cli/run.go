@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowrun/flowrun/planner"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/httpapi"
 )
@@ -62,9 +63,15 @@ non-loopback address needs a bearer token (--http-token or
 			if httpToken == "" {
 				httpToken = os.Getenv(httpapi.TokenEnv)
 			}
+			rs := resolveRunSettings(cmd.Flags().Changed, plan.Runtime,
+				runSettings{http: httpAddr, memoryLimit: memoryLimit, maxBacklog: maxBacklog, noSync: noSync})
+			if len(rs.fromFile) > 0 {
+				log.Info("run settings from the app file", "settings", strings.Join(rs.fromFile, ", "))
+			}
+			httpAddr, memoryLimit, maxBacklog, noSync = rs.http, rs.memoryLimit, rs.maxBacklog, rs.noSync
 			limit, err := runtime.ApplyMemoryLimit(memoryLimit)
 			if err != nil {
-				return &exitError{ExitUsage, fmt.Errorf("--memory-limit: %w", err)}
+				return rs.settingError("--memory-limit", rs.memoryLimitPos, "runtime.memory_limit", err)
 			}
 			if limit == math.MaxInt64 {
 				log.Info("memory limit", "limit", "off")
@@ -74,7 +81,7 @@ non-loopback address needs a bearer token (--http-token or
 			hcfg := httpapi.Config{Addr: httpAddr, Token: httpToken, Pprof: withPprof, Logger: log}
 			if httpAddr != "off" {
 				if err := httpapi.CheckConfig(hcfg); err != nil {
-					return &exitError{ExitUsage, fmt.Errorf("--http: %w", err)}
+					return rs.settingError("--http", rs.httpPos, "runtime.http", err)
 				}
 			}
 			a, err := runtime.Open(plan, runtime.Options{DataDir: g.dataDir(plan.App), NoSync: noSync, Logger: log, Drain: drain,
@@ -161,6 +168,57 @@ non-loopback address needs a bearer token (--http-token or
 	g.addJSON(c)
 	c.Flags().Lookup("json").Usage = "at exit, write the final status as JSON to stdout"
 	return c
+}
+
+// runSettings are the run command's settings that the app file's runtime
+// section may also set.
+type runSettings struct {
+	http        string
+	memoryLimit string
+	maxBacklog  int
+	noSync      bool
+
+	// Where the file set a value taken from it (nil: a flag or a default),
+	// and which settings came from the file, for the log.
+	httpPos, memoryLimitPos *planner.Position
+	fromFile                []string
+}
+
+// resolveRunSettings applies the precedence of the run settings: a flag
+// given on the command line wins, then the app file's runtime section, then
+// the flag's default. flags holds the values of the flags (their defaults
+// when not given), changed reports whether a flag was given.
+func resolveRunSettings(changed func(flag string) bool, file planner.Runtime, flags runSettings) runSettings {
+	rs := flags
+	use := func(flag, field string) bool {
+		if changed(flag) {
+			return false
+		}
+		rs.fromFile = append(rs.fromFile, field)
+		return true
+	}
+	if f := file.HTTP; f != nil && use("http", "http") {
+		rs.http, rs.httpPos = f.Value, &f.Pos
+	}
+	if f := file.MemoryLimit; f != nil && use("memory-limit", "memory_limit") {
+		rs.memoryLimit, rs.memoryLimitPos = f.Value, &f.Pos
+	}
+	if f := file.MaxBacklog; f != nil && use("max-backlog", "max_backlog") {
+		rs.maxBacklog = f.Value
+	}
+	if f := file.NoSync; f != nil && use("no-sync", "no_sync") {
+		rs.noSync = f.Value
+	}
+	return rs
+}
+
+// settingError reports a bad setting: a flag's is a bad command line (exit
+// 2); the app file's is an error at its position in the file (exit 1).
+func (rs runSettings) settingError(flag string, pos *planner.Position, field string, err error) error {
+	if pos == nil {
+		return &exitError{ExitUsage, fmt.Errorf("%s: %w", flag, err)}
+	}
+	return &exitError{ExitFailure, &planner.Error{File: pos.File, Line: pos.Line, Col: pos.Col, Msg: fmt.Sprintf("%s: %v", field, err)}}
 }
 
 func isTTY(w io.Writer) bool {

@@ -1,0 +1,177 @@
+package planner
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Runtime is the app file's optional `runtime:` section: settings of
+// `flowrun run` kept with the app. A nil field is not set in the file (the
+// command line's default applies); a flag given on the command line
+// overrides the field. The planner checks the syntax; the runtime applies
+// the values.
+type Runtime struct {
+	// HTTP: the HTTP server's listen address, "host:port" with an explicit
+	// host (an empty host would listen on every interface), or "off".
+	HTTP *Setting[string] `json:",omitempty"`
+	// MemoryLimit: "auto", "off" or a size of at least MinMemoryLimit
+	// (ParseMemoryLimit), as written.
+	MemoryLimit *Setting[string] `json:",omitempty"`
+	// MaxBacklog: the back-pressure bound of sources that do not set their
+	// own (negative: none).
+	MaxBacklog *Setting[int] `json:",omitempty"`
+	// NoSync: commits are not fsynced.
+	NoSync *Setting[bool] `json:",omitempty"`
+}
+
+// Setting is one value of the runtime section and where the file sets it,
+// for error messages about the value in its context (a non-loopback
+// address without a token, say).
+type Setting[T any] struct {
+	Value T
+	Pos   Position
+}
+
+// IsZero reports whether the file sets nothing in the runtime section.
+func (r Runtime) IsZero() bool {
+	return r.HTTP == nil && r.MemoryLimit == nil && r.MaxBacklog == nil && r.NoSync == nil
+}
+
+// MinMemoryLimit is the smallest memory limit: below it the garbage
+// collector would run all the time.
+const MinMemoryLimit = 32 << 20
+
+// ParseMemoryLimit reads a memory limit: "auto" or "" (the runtime's
+// default), "off" or "none" (no limit), each case-insensitive, or a size:
+// bytes, or a number with a unit B, KiB, MiB, GiB, KB, MB or GB ("512MiB",
+// "1.5GiB", "512 MiB"), at least MinMemoryLimit. keyword is "auto" or "off"
+// for those; otherwise bytes is the size (math.MaxInt64 for sizes beyond).
+func ParseMemoryLimit(s string) (bytes int64, keyword string, err error) {
+	t := strings.TrimSpace(s)
+	switch strings.ToLower(t) {
+	case "", "auto":
+		return 0, "auto", nil
+	case "off", "none":
+		return 0, "off", nil
+	}
+	i := strings.LastIndexAny(t, "0123456789") // the number ends there, the unit follows
+	num, unit := t[:i+1], strings.TrimSpace(t[i+1:])
+	mult := map[string]float64{"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 1e3, "mb": 1e6, "gb": 1e9}[strings.ToLower(unit)]
+	f, perr := strconv.ParseFloat(num, 64)
+	if mult == 0 || perr != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, "", fmt.Errorf("memory limit %q: want auto, off, or a size such as 512MiB or 2GiB", s)
+	}
+	n := f * mult
+	if n < MinMemoryLimit {
+		return 0, "", fmt.Errorf("memory limit %q: below the minimum of 32MiB", s)
+	}
+	if n >= math.MaxInt64 {
+		return math.MaxInt64, "", nil
+	}
+	return int64(n), "", nil
+}
+
+// CheckListenAddr checks an HTTP listen address of the runtime section:
+// "off", or host:port with a port in 0..65535 (0: any free port) and an
+// explicit host. The host is what the operator means to expose:
+// 127.0.0.1 or localhost keeps the server on this machine, 0.0.0.0 or [::]
+// opens it to the network, which has to be written out: ":8080" (every
+// interface, implicitly) is refused.
+func CheckListenAddr(addr string) error {
+	if addr == "off" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port (127.0.0.1:8080) or off, got %q", addr)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("port %q of %q is not a number in 0..65535 (0: a free port)", port, addr)
+	}
+	if host == "" {
+		return fmt.Errorf("%q has no host, which listens on every interface: write 127.0.0.1%s to stay on this machine, or 0.0.0.0%s (or [::]%s) to listen on every interface explicitly", addr, addr, addr, addr)
+	}
+	return nil
+}
+
+// runtimeSpec is the decoded runtime section.
+type runtimeSpec struct {
+	http, memoryLimit field[string]
+	maxBacklog        field[int]
+	noSync            field[bool]
+}
+
+var runtimeFields = []string{"http", "memory_limit", "max_backlog", "no_sync"}
+
+func (d *decoder) decodeRuntime(v *yaml.Node) *runtimeSpec {
+	r := &runtimeSpec{}
+	if !d.mapping(v, "runtime") {
+		return r
+	}
+	d.eachPair(v, "in runtime", runtimeFields, func(key string, _, v *yaml.Node) {
+		switch key {
+		case "http":
+			r.http = d.str(v, "runtime.http")
+		case "memory_limit":
+			r.memoryLimit = d.str(v, "runtime.memory_limit")
+		case "max_backlog":
+			r.maxBacklog = d.integer(v, "runtime.max_backlog")
+		case "no_sync":
+			r.noSync = d.boolean(v, "runtime.no_sync")
+		}
+	})
+	return r
+}
+
+func (d *decoder) boolean(n *yaml.Node, what string) field[bool] {
+	return parseField(d, n, what, func(text string) (bool, error) {
+		switch strings.TrimSpace(text) {
+		case "true":
+			return true, nil
+		case "false":
+			return false, nil
+		}
+		return false, strconv.ErrSyntax
+	}, "true or false")
+}
+
+func (v *validator) checkRuntime(r *runtimeSpec) {
+	if r == nil {
+		return
+	}
+	if r.http.set {
+		if err := CheckListenAddr(r.http.val); err != nil {
+			v.errs.add(r.http.pos, "runtime.http: %v", err)
+		}
+	}
+	if r.memoryLimit.set {
+		if _, _, err := ParseMemoryLimit(r.memoryLimit.val); err != nil {
+			v.errs.add(r.memoryLimit.pos, "runtime.memory_limit: %v", err)
+		}
+	}
+}
+
+func (r *runtimeSpec) plan() Runtime {
+	var out Runtime
+	if r == nil {
+		return out
+	}
+	if r.http.set {
+		out.HTTP = &Setting[string]{r.http.val, r.http.pos}
+	}
+	if r.memoryLimit.set {
+		out.MemoryLimit = &Setting[string]{r.memoryLimit.val, r.memoryLimit.pos}
+	}
+	if r.maxBacklog.set {
+		out.MaxBacklog = &Setting[int]{r.maxBacklog.val, r.maxBacklog.pos}
+	}
+	if r.noSync.set {
+		out.NoSync = &Setting[bool]{r.noSync.val, r.noSync.pos}
+	}
+	return out
+}
