@@ -52,6 +52,11 @@ non-loopback address needs a bearer token (--http-token or
 ` + httpapi.TokenEnv + `).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Before anything slow (opening the store, building plugins): a
+			// signal during start-up then stops the run cleanly, exit 0,
+			// instead of killing the process with the default handler.
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
 			log, err := g.logger()
 			if err != nil {
 				return err
@@ -97,8 +102,6 @@ non-loopback address needs a bearer token (--http-token or
 				pprof.StartCPUProfile(f)
 				defer pprof.StopCPUProfile()
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
 			stopHTTP := func() {}
 			if httpAddr != "off" {
 				srv, err := httpapi.New(a, hcfg)
