@@ -15,9 +15,10 @@ type BadgerLogOptions struct {
 	// sharing the DB must keep their keys out of it.
 	Prefix []byte
 	// Sync makes every waited Append durable before it returns, with group
-	// commit: concurrent appends share one DB.Sync. Open the DB with
-	// SyncWrites off: Badger's own SyncWrites syncs its write-ahead log once
-	// per transaction, which is far slower under concurrency.
+	// commit: concurrent appends share one sync of the DB's write-ahead and
+	// value-log files (see badgerSyncer). Open the DB with SyncWrites off:
+	// Badger's own SyncWrites syncs its write-ahead log once per transaction,
+	// which is far slower under concurrency.
 	Sync bool
 }
 
@@ -38,10 +39,11 @@ type BadgerLog struct {
 	pending []byte // edits of unwaited appends, written with the next waited one
 
 	sync    bool
+	syncer  *badgerSyncer
 	smu     sync.Mutex
 	scond   *sync.Cond
 	done    uint64 // waited appends whose Badger commit returned
-	synced  uint64 // of those, how many a finished DB.Sync covers
+	synced  uint64 // of those, how many a finished sync covers
 	syncing bool
 	syncErr error
 }
@@ -56,6 +58,9 @@ func NewBadgerLog(db *badger.DB, opts BadgerLogOptions) (*BadgerLog, error) {
 		p = []byte("\x00tx/")
 	}
 	l := &BadgerLog{db: db, prefix: append([]byte(nil), p...), sync: opts.Sync}
+	if opts.Sync && !db.Opts().InMemory {
+		l.syncer = newBadgerSyncer(db)
+	}
 	l.scond = sync.NewCond(&l.smu)
 	return l, nil
 }
@@ -162,7 +167,7 @@ func (l *BadgerLog) Append(b *Batch) error {
 	return l.groupSync()
 }
 
-// groupSync returns once a DB.Sync that started after this caller's commit has
+// groupSync returns once a sync that started after this caller's commit has
 // finished. The first waiter runs it for everyone committed so far; the rest
 // wait for it (or for the next one) instead of syncing themselves.
 func (l *BadgerLog) groupSync() error {
@@ -178,7 +183,10 @@ func (l *BadgerLog) groupSync() error {
 		l.syncing = true
 		target := l.done
 		l.smu.Unlock()
-		err := l.db.Sync()
+		var err error
+		if l.syncer != nil {
+			err = l.syncer.sync()
+		}
 		l.smu.Lock()
 		l.syncing = false
 		if err != nil {
@@ -231,5 +239,9 @@ func (l *BadgerLog) Snapshot(s *State) (func() error, error) {
 
 // Close writes pending edits. It does not close the DB, which its owner shares.
 func (l *BadgerLog) Close() error {
-	return l.Append(&Batch{Wait: true})
+	err := l.Append(&Batch{Wait: true})
+	if l.syncer != nil {
+		l.syncer.close()
+	}
+	return err
 }

@@ -359,7 +359,7 @@ func (b *Backend) sync() error {
 	if !b.opts.Sync {
 		return nil
 	}
-	return b.db.Sync()
+	return tx.SyncBadger(b.db) // DB.Sync misses files Badger just rotated away from
 }
 
 // CreateQueue implements queue.Backend.

@@ -1,0 +1,201 @@
+package tx
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/dgraph-io/badger/v4"
+	"golang.org/x/sys/unix"
+)
+
+// badgerSyncer makes everything a Badger DB has written durable, for the
+// BadgerLog's group commit.
+//
+// DB.Sync is not enough: it syncs only the *current* memtable WAL (.mem) and
+// value-log file (.vlog), and with SyncWrites off Badger does not sync a file
+// when it rotates away from it. A commit that lands just before a rotation and
+// whose group sync runs just after it would then sit in an unsynced file: safe
+// from kill -9 (the page cache keeps it), lost on power failure — and a value
+// log entry lost under a synced table is a dangling pointer.
+//
+// So the syncer lists the DB's .mem and .vlog files and fdatasyncs, in
+// parallel, every one it has not yet synced since Badger stopped writing it:
+// the current ones, and those rotated away from since the last sync. A file
+// that is not the newest of its kind when listed is no longer written, so
+// once synced it is done. Syncing the WAL and the value log in parallel,
+// rather than one after the other as DB.Sync does, also halves the wait.
+type badgerSyncer struct {
+	dirs []string
+	mu   sync.Mutex
+	done map[string]bool     // rotated-away files synced since their last write
+	open map[string]*os.File // kept open while they exist
+	// synced, when set (tests), sees the files of each sync.
+	synced func(paths []string)
+}
+
+func newBadgerSyncer(db *badger.DB) *badgerSyncer {
+	o := db.Opts()
+	dirs := []string{o.Dir}
+	if o.ValueDir != "" && filepath.Clean(o.ValueDir) != filepath.Clean(o.Dir) {
+		dirs = append(dirs, o.ValueDir)
+	}
+	return &badgerSyncer{dirs: dirs, done: map[string]bool{}, open: map[string]*os.File{}}
+}
+
+type logFile struct {
+	path string
+	kind string // ".mem" or ".vlog"
+	fid  int
+}
+
+// sync makes every write that returned before it started durable.
+func (s *badgerSyncer) sync() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var files []logFile
+	newest := map[string]int{}
+	for _, dir := range s.dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			name := e.Name()
+			kind := filepath.Ext(name)
+			if kind != ".mem" && kind != ".vlog" {
+				continue
+			}
+			fid, err := strconv.Atoi(strings.TrimSuffix(name, kind))
+			if err != nil {
+				continue
+			}
+			files = append(files, logFile{path: filepath.Join(dir, name), kind: kind, fid: fid})
+			newest[kind] = max(newest[kind], fid)
+		}
+	}
+	present := make(map[string]bool, len(files))
+	var todo []*os.File
+	var finished []string
+	for _, f := range files {
+		present[f.path] = true
+		if s.done[f.path] {
+			continue
+		}
+		h, err := s.handle(f.path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // flushed to a table (synced by Badger) or collected
+		}
+		if err != nil {
+			return err
+		}
+		todo = append(todo, h)
+		if f.fid < newest[f.kind] {
+			finished = append(finished, f.path)
+		}
+	}
+	// Forget files that are gone.
+	for p, h := range s.open {
+		if !present[p] {
+			h.Close()
+			delete(s.open, p)
+		}
+	}
+	for p := range s.done {
+		if !present[p] {
+			delete(s.done, p)
+		}
+	}
+	if s.synced != nil {
+		paths := make([]string, len(todo))
+		for i, h := range todo {
+			paths[i] = h.Name()
+		}
+		s.synced(paths)
+	}
+	if err := fdatasyncAll(todo); err != nil {
+		return err
+	}
+	for _, p := range finished {
+		s.done[p] = true
+		if h := s.open[p]; h != nil {
+			h.Close()
+			delete(s.open, p)
+		}
+	}
+	return nil
+}
+
+func (s *badgerSyncer) handle(path string) (*os.File, error) {
+	if h := s.open[path]; h != nil {
+		return h, nil
+	}
+	h, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	s.open[path] = h
+	return h, nil
+}
+
+// fdatasyncAll syncs the files in parallel.
+func fdatasyncAll(files []*os.File) error {
+	switch len(files) {
+	case 0:
+		return nil
+	case 1:
+		return fdatasync(files[0])
+	}
+	errs := make([]error, len(files))
+	var wg sync.WaitGroup
+	for i, f := range files[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i+1] = fdatasync(f)
+		}()
+	}
+	errs[0] = fdatasync(files[0])
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func fdatasync(f *os.File) error {
+	for {
+		err := unix.Fdatasync(int(f.Fd()))
+		if err != unix.EINTR {
+			if err != nil {
+				return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+			}
+			return nil
+		}
+	}
+}
+
+// close releases the kept file handles.
+func (s *badgerSyncer) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p, h := range s.open {
+		h.Close()
+		delete(s.open, p)
+	}
+}
+
+// SyncBadger makes every write to db that returned before the call durable:
+// it fdatasyncs all of the DB's write-ahead and value-log files, rotated ones
+// included, which DB.Sync does not (see badgerSyncer). For occasional syncs
+// outside a BadgerLog; the log's group commit keeps track of what it already
+// synced instead.
+func SyncBadger(db *badger.DB) error {
+	if db.Opts().InMemory {
+		return nil
+	}
+	s := newBadgerSyncer(db)
+	defer s.close()
+	return s.sync()
+}

@@ -1,0 +1,90 @@
+package tx
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// The syncer covers the files Badger rotated away from since the last sync
+// (DB.Sync would miss them), and skips them once synced.
+func TestBadgerSyncerCoversRotatedFiles(t *testing.T) {
+	dir := t.TempDir()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil).
+		WithMemTableSize(1 << 20).WithNumMemtables(5).WithNumLevelZeroTables(10).
+		WithNumLevelZeroTablesStall(20).WithValueThreshold(1 << 10).WithValueLogFileSize(1 << 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := newBadgerSyncer(db)
+	defer s.close()
+	var got []string
+	s.synced = func(paths []string) { got = slices.Clone(paths) }
+	logFiles := func() (all []string, newest map[string]string) {
+		newest = map[string]string{}
+		for _, kind := range []string{".mem", ".vlog"} {
+			m, _ := filepath.Glob(filepath.Join(dir, "*"+kind))
+			slices.Sort(m) // fids are zero-padded: name order is fid order
+			all = append(all, m...)
+			if len(m) > 0 {
+				newest[kind] = m[len(m)-1]
+			}
+		}
+		slices.Sort(all)
+		return all, newest
+	}
+	n := 0
+	write := func(bytes int) {
+		value := make([]byte, 4<<10)
+		for written := 0; written < bytes; written += len(value) {
+			n++
+			if err := db.Update(func(txn *badger.Txn) error {
+				return txn.Set(binary.BigEndian.AppendUint64(nil, uint64(n)), value)
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	write(3 << 20) // several value-log files
+	all, newest := logFiles()
+	if len(all) < 3 {
+		t.Fatalf("no rotation to test: %v", all)
+	}
+	if err := s.sync(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, all) {
+		t.Fatalf("first sync covered %v, want every log file %v", got, all)
+	}
+	// Nothing written since: only the files Badger still writes.
+	if err := s.sync(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	want := []string{newest[".mem"], newest[".vlog"]}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("second sync covered %v, want only the current files %v", got, want)
+	}
+	// After more rotations the files that were current are synced again:
+	// writes may have reached them after the last sync.
+	write(2 << 20)
+	if err := s.sync(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range want {
+		if _, err := os.Stat(p); err == nil && !slices.Contains(got, p) {
+			t.Fatalf("sync after rotation covered %v, missing %s (current at the last sync)", got, p)
+		}
+	}
+	if err := SyncBadger(db); err != nil {
+		t.Fatal(err)
+	}
+}
