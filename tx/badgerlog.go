@@ -131,6 +131,7 @@ func (l *BadgerLog) Recover() (*State, []Edit, error) {
 // writes; unwaited edits wait for the next waited batch.
 func (l *BadgerLog) Append(b *Batch) error {
 	l.mu.Lock()
+	others := len(l.pending) // unwaited edits of other transactions
 	for i := range b.Edits {
 		l.pending = appendEdit(l.pending, &b.Edits[i])
 	}
@@ -159,6 +160,11 @@ func (l *BadgerLog) Append(b *Batch) error {
 		err = txn.Commit()
 	}
 	if errors.Is(err, badger.ErrTxnTooBig) {
+		// Nothing was written. This batch's own edits go (its caller aborts);
+		// the other transactions' edits ride with the next waited write.
+		l.mu.Lock()
+		l.pending = append(value[:others:others], l.pending...)
+		l.mu.Unlock()
 		return fmt.Errorf("%w: the staged writes do not fit in one atomic Badger write: %v", ErrTooLarge, err)
 	}
 	if err != nil || !l.sync {

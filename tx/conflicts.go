@@ -167,19 +167,6 @@ func (ci *conflictIndex) pruneBelow(bound uint64) {
 	}
 }
 
-// committedKeys calls fn once for every committed key with its newest commit.
-func (ci *conflictIndex) committedKeys(fn func(key, seq uint64)) {
-	seen := newKeyTable(ci.size())
-	for i := len(ci.gens) - 1; i >= 0; i-- {
-		ci.gens[i].keys.each(func(k, v uint64) {
-			if seen.get(k) == 0 {
-				seen.set(k, 1)
-				fn(k, v)
-			}
-		})
-	}
-}
-
 // size is the number of committed keys kept (counting a key once per
 // generation it was committed in) plus the keys held.
 func (ci *conflictIndex) size() int {

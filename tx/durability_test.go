@@ -1,7 +1,9 @@
 package tx
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -420,4 +422,42 @@ func countVersions(t *testing.T, tb *table, key string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// A waited write Badger refuses as too large loses nothing of the other
+// transactions' unwaited edits it carried: they land with the next write; the
+// refused batch's own edits do not.
+func TestBadgerLogTooLargeKeepsOthersEdits(t *testing.T) {
+	db := openBadger(t, t.TempDir(), false)
+	defer db.Close()
+	bl, err := NewBadgerLog(db, BadgerLogOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bl.Append(&Batch{Edits: []Edit{{Kind: EditStart, TxID: 7, Expires: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	huge := make([]Write, 100000) // small values stay in the LSM and count
+	for i := range huge {
+		huge[i] = Write{Key: binary.BigEndian.AppendUint64([]byte("k"), uint64(i)), Value: make([]byte, 100)}
+	}
+	refused := &Batch{Edits: []Edit{{Kind: EditCommitted, TxID: 9}}, Writes: huge, Wait: true}
+	if err := bl.Append(refused); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversized batch = %v, want ErrTooLarge", err)
+	}
+	if err := bl.Append(&Batch{Edits: []Edit{{Kind: EditAborted, TxID: 7}}, Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, edits, err := bl.Recover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range edits {
+		got = append(got, fmt.Sprintf("%d:%d", e.Kind, e.TxID))
+	}
+	want := []string{fmt.Sprintf("%d:7", EditStart), fmt.Sprintf("%d:7", EditAborted)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("recovered edits %v, want %v (the start of 7 kept, the refused commit of 9 gone)", got, want)
+	}
 }
