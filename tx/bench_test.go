@@ -192,29 +192,36 @@ func BenchmarkFdatasync(b *testing.B) {
 			return unix.Fdatasync(int(f.Fd()))
 		})
 	})
-	// A small Badger write then DB.Sync (memtable WAL and value log), as the
-	// BadgerLog's group sync runs it.
-	b.Run("badger", func(b *testing.B) {
-		db := openBadger(b, b.TempDir(), false)
-		defer db.Close()
-		small, big := make([]byte, 100), make([]byte, 4096) // below and above the value threshold
-		i := 0
-		syncLatency(b, func() error {
-			i++
-			txn := db.NewTransaction(true)
-			defer txn.Discard()
-			if err := txn.Set(binary.BigEndian.AppendUint64([]byte("s"), uint64(i)), small); err != nil {
-				return err
-			}
-			if err := txn.Set(binary.BigEndian.AppendUint64([]byte("b"), uint64(i)), big); err != nil {
-				return err
-			}
-			if err := txn.Commit(); err != nil {
-				return err
-			}
-			return db.Sync()
+	// A small Badger write, then DB.Sync (memtable WAL, then value log) or
+	// the BadgerLog's own sync (every file written since, in parallel).
+	for _, mode := range []string{"badger-dbsync", "badger-logsync"} {
+		b.Run(mode, func(b *testing.B) {
+			db := openBadger(b, b.TempDir(), false)
+			defer db.Close()
+			syncer := newBadgerSyncer(db)
+			defer syncer.close()
+			small, big := make([]byte, 100), make([]byte, 4096) // below and above the value threshold
+			i := 0
+			syncLatency(b, func() error {
+				i++
+				txn := db.NewTransaction(true)
+				defer txn.Discard()
+				if err := txn.Set(binary.BigEndian.AppendUint64([]byte("s"), uint64(i)), small); err != nil {
+					return err
+				}
+				if err := txn.Set(binary.BigEndian.AppendUint64([]byte("b"), uint64(i)), big); err != nil {
+					return err
+				}
+				if err := txn.Commit(); err != nil {
+					return err
+				}
+				if mode == "badger-dbsync" {
+					return db.Sync()
+				}
+				return syncer.sync()
+			})
 		})
-	})
+	}
 }
 
 // syncLatency runs op b.N times and reports the p50, p99 and max of each run.
