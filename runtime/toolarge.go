@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/skl"
 
+	"github.com/flowrun/flowrun/queue/badgerq"
 	"github.com/flowrun/flowrun/tx"
 )
 
@@ -62,12 +62,11 @@ func (e *StepTooLargeError) Error() string {
 
 func (e *StepTooLargeError) Unwrap() error { return e.Err }
 
-// atomicWriteLimits are Badger's bounds on one write (badger's db.go:
-// maxBatchSize is 15% of the memtable, maxBatchCount that over the
-// skiplist's largest node).
+// atomicWriteLimits are the store's bounds on one write (badgerq.MaxWrite)
+// and its value threshold.
 func atomicWriteLimits(o badger.Options) (bytes, entries, threshold int64) {
-	bytes = 15 * o.MemTableSize / 100
-	return bytes, bytes / int64(skl.MaxNodeSize), o.ValueThreshold
+	bytes, entries = badgerq.MaxWrite(o)
+	return bytes, entries, o.ValueThreshold
 }
 
 // tooLarge describes a step the store refused as too large, counts it and

@@ -77,65 +77,51 @@ func (r *eventReader) bytes() ([]byte, error) {
 }
 
 // skip steps over one event without decoding it.
-func (r *eventReader) skip() error {
+func (r *eventReader) skip() error { return r.walk(nil) }
+
+// next decodes one event into ev.
+func (r *eventReader) next(ev *queue.Event) error { return r.walk(ev) }
+
+// walk steps over one event, the one walk of the format for skip and next;
+// with ev non-nil it also sets *ev (payload and key alias the value).
+func (r *eventReader) walk(ev *queue.Event) error {
 	if len(r.b) < 1 {
 		return errCorrupt
 	}
 	flags := r.b[0]
 	r.b = r.b[1:]
-	if _, err := r.bytes(); err != nil {
+	payload, err := r.bytes()
+	if err != nil {
 		return err
 	}
+	var key, trace []byte
+	var ns int64
 	if flags&flagKey != 0 {
-		if _, err := r.bytes(); err != nil {
+		if key, err = r.bytes(); err != nil {
 			return err
 		}
 	}
 	if flags&flagTime != 0 {
-		_, k := binary.Varint(r.b)
-		if k <= 0 {
+		var k int
+		if ns, k = binary.Varint(r.b); k <= 0 {
 			return errCorrupt
 		}
 		r.b = r.b[k:]
 	}
 	if flags&flagTrace != 0 {
-		if _, err := r.bytes(); err != nil {
+		if trace, err = r.bytes(); err != nil {
 			return err
 		}
 	}
-	return nil
-}
-
-func (r *eventReader) next(ev *queue.Event) error {
-	if len(r.b) < 1 {
-		return errCorrupt
+	if ev == nil {
+		return nil
 	}
-	flags := r.b[0]
-	r.b = r.b[1:]
-	var err error
-	*ev = queue.Event{}
-	if ev.Payload, err = r.bytes(); err != nil {
-		return err
-	}
-	if flags&flagKey != 0 {
-		if ev.Key, err = r.bytes(); err != nil {
-			return err
-		}
-	}
+	*ev = queue.Event{Payload: payload, Key: key}
 	if flags&flagTime != 0 {
-		ns, k := binary.Varint(r.b)
-		if k <= 0 {
-			return errCorrupt
-		}
-		r.b = r.b[k:]
 		ev.EventTime = time.Unix(0, ns)
 	}
-	if flags&flagTrace != 0 {
-		tr, err := r.bytes()
-		if err != nil {
-			return err
-		}
-		ev.TraceID = string(tr)
+	if len(trace) > 0 {
+		ev.TraceID = string(trace)
 	}
 	return nil
 }

@@ -114,11 +114,25 @@ func OpenDB(dir string, durable bool) (*badger.DB, error) {
 	return badger.Open(TunedOptions(dir, durable))
 }
 
+// MaxWrite returns Badger's bounds on one atomic write of a DB opened with o
+// (badger's db.go: maxBatchSize is 15% of the memtable, maxBatchCount that
+// over the skiplist's largest node): at most bytes of keys and values under
+// the value threshold (a larger value counts as a pointer), and fewer than
+// entries entries. A larger write fails whole with badger.ErrTxnTooBig
+// (tx.ErrTooLarge for a commit).
+func MaxWrite(o badger.Options) (bytes, entries int64) {
+	bytes = maxBatchBytes(o.MemTableSize)
+	return bytes, bytes / int64(skl.MaxNodeSize)
+}
+
+// maxBatchBytes is Badger's maxBatchSize for a memtable of memTable bytes.
+func maxBatchBytes(memTable int64) int64 { return 15 * memTable / 100 }
+
 // arenaBytes is the size of the skiplist arena Badger allocates per memtable
-// (badger.arenaSize): the memtable, plus room for its largest batch (15%)
-// and that batch's nodes.
+// (badger.arenaSize): the memtable, plus room for its largest batch
+// (MaxWrite) and that batch's nodes.
 func arenaBytes(memTable int64) int64 {
-	batch := 15 * memTable / 100
+	batch := maxBatchBytes(memTable)
 	return memTable + batch + batch/int64(skl.MaxNodeSize)*int64(skl.MaxNodeSize)
 }
 
