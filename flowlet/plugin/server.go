@@ -311,7 +311,8 @@ func (s *server) OpenChannel(ctx context.Context, req *pb.ChannelRequest) (*pb.C
 }
 
 // serveChannel accepts the host's connection (the first one that presents
-// the host's certificate), then serves steps on it until it closes.
+// the host's certificate), acknowledges it (the host waits for that before
+// its first step), then serves steps on it until it closes.
 func (s *server) serveChannel(l *net.UnixListener, cfg *tls.Config) {
 	deadline := time.Now().Add(channelAcceptTimeout)
 	_ = l.SetDeadline(deadline)
@@ -325,7 +326,7 @@ func (s *server) serveChannel(l *net.UnixListener, cfg *tls.Config) {
 		}
 		cc := channel.Server(raw, cfg)
 		hctx, cancel := context.WithDeadline(context.Background(), deadline)
-		if err := cc.Handshake(hctx); err != nil {
+		if err := cc.Accept(hctx); err != nil { // handshake and acknowledgement
 			raw.Close()
 			fmt.Fprintln(s.stderr, "flowrun plugin: step channel: refused a connection:", err)
 		} else {

@@ -585,3 +585,36 @@ func TestCancelledStep(t *testing.T) {
 		t.Errorf("pid %d after the cancelled step (was %d)", p, old)
 	}
 }
+
+// TestChannelRefused: a plugin that refuses the host's certificate on the
+// step channel (in TLS 1.3 the host's handshake completes before the
+// plugin has checked it) makes the host fall back, with a warning, before
+// the first step: no step fails and the process is not restarted.
+func TestChannelRefused(t *testing.T) {
+	logs := &logBuf{}
+	o := options(t, logs)
+	o.Env = append(o.Env, "UNARY_CHANNEL=refuse")
+	p := open(t, "refused", "unary", o)
+	f := p.New().(flowlet.BatchProcessor)
+	ctx := flowlettest.New("refused")
+	if err := ctx.Init(f, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer f.(flowlet.Closer).Close()
+	old := pid(f)
+	for range 3 {
+		if err := f.ProcessBatch(ctx, []flowlet.Event{ev("a")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx.Commit()
+	if got := ctx.Emits("out"); !slices.Equal(got, []string{"A", "A", "A"}) {
+		t.Errorf("out %v", got)
+	}
+	if tr := transport(f); tr != "unary" || pid(f) != old {
+		t.Errorf("transport %q, pid %d (was %d); want unary calls in the same process", tr, pid(f), old)
+	}
+	if l := logs.String(); !strings.Contains(l, "step channel unavailable") || !strings.Contains(l, "no acknowledgement") {
+		t.Errorf("no warning naming the missing acknowledgement:\n%s", l)
+	}
+}

@@ -55,8 +55,9 @@ type proc struct {
 
 // openChannel opens the process's step channel: it sends a fresh
 // certificate with OpenChannel over the AutoMTLS connection, dials the
-// socket the plugin answers with and runs a TLS handshake that accepts
-// exactly the plugin's certificate. A plugin without OpenChannel
+// socket the plugin answers with, runs a TLS handshake that accepts
+// exactly the plugin's certificate and waits for the plugin's
+// acknowledgement (it accepted the host's). A plugin without OpenChannel
 // (codes.Unimplemented) keeps pr.ch nil and gets Steps or unary calls.
 func (pr *proc) openChannel(ctx context.Context) error {
 	cert, err := channel.NewCert()
@@ -78,8 +79,12 @@ func (pr *proc) openChannel(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("step channel: %w", err)
 	}
+	// Open waits for the plugin's acknowledgement after the handshake: in
+	// TLS 1.3 the host's handshake completes before the plugin has checked
+	// the host's certificate, and a refusal must show here (the caller
+	// falls back to Steps), not at the first step.
 	c := channel.Client(raw, channel.Config(cert, r.PluginCert))
-	if err := c.Handshake(ctx); err != nil {
+	if err := c.Open(ctx); err != nil {
 		raw.Close()
 		return fmt.Errorf("step channel: %w", err)
 	}

@@ -73,10 +73,15 @@ type FlowletClient interface {
 	// self-signed certificate; the plugin listens on a new socket and answers
 	// with its address and a fresh certificate of its own. Both were exchanged
 	// over this AutoMTLS connection, so each side accepts exactly the other's
-	// (TLS 1.3, mutual, certificates pinned byte for byte). On the channel
-	// the host sends a frame with a StepCall, the plugin answers with a frame
-	// with its StepResponse, one step at a time, with the semantics of Steps;
-	// a frame is a 4-byte big-endian length and the message. State reads
+	// (TLS 1.3, mutual, certificates pinned byte for byte). After its
+	// handshake the plugin sends an empty frame (a length of 0), the
+	// acknowledgement that it accepted the host's certificate (in TLS 1.3 the
+	// host's handshake completes before the plugin has checked it); the host
+	// waits for it before it uses the channel, and without it uses Steps. On
+	// the channel the host then sends a frame with a StepCall, the plugin
+	// answers with a frame with its StepResponse, one step at a time, with
+	// the semantics of Steps; a frame is a 4-byte big-endian length and the
+	// message. State reads
 	// still go to the Host service. A plugin may leave it unimplemented: the
 	// host then uses Steps (or the unary calls).
 	OpenChannel(ctx context.Context, in *ChannelRequest, opts ...grpc.CallOption) (*ChannelResponse, error)
@@ -206,10 +211,15 @@ type FlowletServer interface {
 	// self-signed certificate; the plugin listens on a new socket and answers
 	// with its address and a fresh certificate of its own. Both were exchanged
 	// over this AutoMTLS connection, so each side accepts exactly the other's
-	// (TLS 1.3, mutual, certificates pinned byte for byte). On the channel
-	// the host sends a frame with a StepCall, the plugin answers with a frame
-	// with its StepResponse, one step at a time, with the semantics of Steps;
-	// a frame is a 4-byte big-endian length and the message. State reads
+	// (TLS 1.3, mutual, certificates pinned byte for byte). After its
+	// handshake the plugin sends an empty frame (a length of 0), the
+	// acknowledgement that it accepted the host's certificate (in TLS 1.3 the
+	// host's handshake completes before the plugin has checked it); the host
+	// waits for it before it uses the channel, and without it uses Steps. On
+	// the channel the host then sends a frame with a StepCall, the plugin
+	// answers with a frame with its StepResponse, one step at a time, with
+	// the semantics of Steps; a frame is a 4-byte big-endian length and the
+	// message. State reads
 	// still go to the Host service. A plugin may leave it unimplemented: the
 	// host then uses Steps (or the unary calls).
 	OpenChannel(context.Context, *ChannelRequest) (*ChannelResponse, error)

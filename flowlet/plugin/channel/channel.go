@@ -13,7 +13,11 @@
 //
 // A frame is a 4-byte big-endian length and a protobuf message: the host
 // writes a flowletpb.StepCall, the plugin answers with a
-// flowletpb.StepResponse. Both the Go SDK (flowlet/plugin) and the host
+// flowletpb.StepResponse. Before the first step the plugin acknowledges the
+// handshake with an empty frame (Accept, Open): in TLS 1.3 the client's
+// handshake is complete before the server has verified the client's
+// certificate, so without it a plugin that refused the host's certificate
+// would only show at the first step. Both the Go SDK (flowlet/plugin) and the host
 // (internal/pluginhost) use this package; a plugin in another language may
 // implement OpenChannel the same way or leave it unimplemented.
 package channel
@@ -123,8 +127,63 @@ func Server(raw net.Conn, cfg *tls.Config) *Conn {
 	return &Conn{raw: h, tls: tls.Server(h, cfg)}
 }
 
-// Handshake runs the TLS handshake (bounded by ctx).
+// Handshake runs the TLS handshake (bounded by ctx). The ends of a step
+// channel use Open and Accept, which add the acknowledgement.
 func (c *Conn) Handshake(ctx context.Context) error { return c.tls.HandshakeContext(ctx) }
+
+// Accept runs the plugin's (the server's) handshake, then sends the
+// acknowledgement, an empty frame (a length of 0), which tells the host
+// that its certificate was accepted. Both are bounded by ctx's deadline.
+func (c *Conn) Accept(ctx context.Context) error {
+	if err := c.tls.HandshakeContext(ctx); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok {
+		if err := c.SetDeadline(d); err != nil {
+			return err
+		}
+	}
+	var ack [4]byte
+	if _, err := c.tls.Write(ack[:]); err != nil {
+		return fmt.Errorf("flowrun step channel: acknowledgement: %w", err)
+	}
+	return c.SetDeadline(time.Time{})
+}
+
+// Open runs the host's (the client's) handshake, then waits for the
+// plugin's acknowledgement (see Accept), both bounded by ctx. In TLS 1.3 the
+// client's handshake completes before the server has checked the client's
+// certificate: a plugin that refuses the host's certificate makes Open
+// fail (with its TLS alert), not the first step.
+func (c *Conn) Open(ctx context.Context) error {
+	if err := c.tls.HandshakeContext(ctx); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok {
+		if err := c.SetDeadline(d); err != nil {
+			return err
+		}
+	}
+	done := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(done)
+		_ = c.SetDeadline(time.Unix(1, 0))
+	})
+	_, err := io.ReadFull(c.tls, c.hdr[:])
+	if !stop() {
+		<-done // its past deadline must not land after the one set below
+	}
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			err = fmt.Errorf("%w (%w)", cerr, err)
+		}
+		return fmt.Errorf("flowrun step channel: no acknowledgement from the plugin: %w", err)
+	}
+	if n := binary.BigEndian.Uint32(c.hdr[:]); n != 0 {
+		return fmt.Errorf("flowrun step channel: the plugin's first frame (%d bytes) is not an acknowledgement", n)
+	}
+	return c.SetDeadline(time.Time{})
+}
 
 // SetDeadline bounds the frames in flight and the next ones; a past time
 // makes a blocked Read or Write fail at once.

@@ -170,3 +170,77 @@ func TestBadFrames(t *testing.T) {
 		})
 	}
 }
+
+// TestAcknowledgement: Open returns once the server's Accept has checked
+// the client's certificate and acknowledged it; a server that refuses the
+// client's certificate makes Open fail, although in TLS 1.3 the client's
+// handshake alone succeeds.
+func TestAcknowledgement(t *testing.T) {
+	hc, _ := NewCert()
+	pc, _ := NewCert()
+	other, _ := NewCert()
+	h, p := hc.Certificate[0], pc.Certificate[0]
+	open := func(serverPeer []byte) (*Conn, *Conn, error, error) {
+		a, b := socketPair(t)
+		c, s := Client(a, Config(hc, p)), Server(b, Config(pc, serverPeer))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		serr := make(chan error, 1)
+		go func() {
+			err := s.Accept(ctx)
+			if err != nil {
+				b.Close()
+			}
+			serr <- err
+		}()
+		return c, s, c.Open(ctx), <-serr
+	}
+	c, s, cerr, serr := open(h)
+	if cerr != nil || serr != nil {
+		t.Fatalf("open: %v / %v", cerr, serr)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- c.Write(&pb.StepCall{Op: pb.StepCall_TICK}) }()
+	var call pb.StepCall
+	if err := s.Read(&call); err != nil || call.Op != pb.StepCall_TICK {
+		t.Fatalf("first frame after the acknowledgement: %v %v", err, &call)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+
+	// The server expects another certificate: the client's handshake
+	// succeeds (TLS 1.3), Open does not.
+	a, b := socketPair(t)
+	c = Client(a, Config(hc, p))
+	rs := Server(b, Config(pc, other.Certificate[0]))
+	go func() {
+		rs.Accept(context.Background())
+		b.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Handshake(ctx); err != nil {
+		t.Fatalf("the client's handshake alone: %v", err)
+	}
+	if err := c.Open(ctx); err == nil || !strings.Contains(err.Error(), "no acknowledgement") || !strings.Contains(err.Error(), "bad certificate") {
+		t.Errorf("Open with a refused certificate: %v", err)
+	}
+	_, _, cerr, serr = open(other.Certificate[0])
+	if cerr == nil || serr == nil {
+		t.Errorf("refused: Open %v, Accept %v", cerr, serr)
+	}
+
+	// A cancelled context ends the wait for the acknowledgement.
+	a2, b2 := socketPair(t)
+	c = Client(a2, Config(hc, p))
+	go Server(b2, Config(pc, h)).Handshake(context.Background()) // no acknowledgement
+	cctx, ccancel := context.WithCancel(context.Background())
+	if err := c.Handshake(cctx); err != nil {
+		t.Fatal(err)
+	}
+	ccancel()
+	if err := c.Open(cctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Open with a cancelled context: %v", err)
+	}
+}

@@ -2,16 +2,28 @@
 // as a plugin in another language would be: it implements only the unary
 // calls (no Steps stream) and answers with plain (unpacked) emits. Each
 // input event's payload comes back upper-cased on "out".
+//
+// UNARY_CHANNEL in its environment makes it implement OpenChannel, badly:
+// "refuse" opens a step channel that refuses the host's certificate (it
+// expects another one).
 package main
 
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
 
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/flowrun/flowrun/flowlet/plugin"
+	"github.com/flowrun/flowrun/flowlet/plugin/channel"
 	pb "github.com/flowrun/flowrun/proto/flowletpb"
 )
 
@@ -45,6 +57,39 @@ func (server) ProcessBatch(_ context.Context, r *pb.BatchRequest) (*pb.StepRespo
 		}
 	}
 	return &out, nil
+}
+
+func (server) OpenChannel(ctx context.Context, r *pb.ChannelRequest) (*pb.ChannelResponse, error) {
+	switch os.Getenv("UNARY_CHANNEL") {
+	case "refuse":
+		cert, err := channel.NewCert()
+		if err != nil {
+			return nil, err
+		}
+		other, err := channel.NewCert() // expected instead of the host's
+		if err != nil {
+			return nil, err
+		}
+		addr := filepath.Join(os.Getenv("PLUGIN_UNIX_SOCKET_DIR"), fmt.Sprintf("refuse-%d.sock", os.Getpid()))
+		l, err := net.Listen("unix", addr)
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			defer l.Close()
+			raw, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer raw.Close()
+			hctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err = channel.Server(raw, channel.Config(cert, other.Certificate[0])).Accept(hctx)
+			fmt.Fprintln(os.Stderr, "unary: step channel:", err)
+		}()
+		return &pb.ChannelResponse{Network: "unix", Address: addr, PluginCert: cert.Certificate[0]}, nil
+	}
+	return nil, status.Error(codes.Unimplemented, "no step channel")
 }
 
 type grpcPlugin struct {
