@@ -259,16 +259,21 @@ func (in *inst) ensure(ctx context.Context) (*proc, error) {
 		}
 		return nil, in.callError("Init", err, ctx.Err() == nil && errors.Is(ictx.Err(), context.DeadlineExceeded), pr)
 	}
-	if err := pr.openChannel(ictx); err != nil {
-		if pr.exited() || ictx.Err() != nil {
+	// OpenChannel has a deadline of its own: an Init that took most of
+	// its call timeout must not leave it too little.
+	octx, ocancel := context.WithTimeout(ctx, in.p.opts.CallTimeout)
+	defer ocancel()
+	if err := pr.openChannel(octx); err != nil {
+		if pr.exited() || ctx.Err() != nil {
 			pr.kill()
 			in.fails++
 			in.lastFail = time.Now()
-			return nil, in.callError("OpenChannel", err, ctx.Err() == nil && errors.Is(ictx.Err(), context.DeadlineExceeded), pr)
+			return nil, in.callError("OpenChannel", err, false, pr)
 		}
 		// A channel the plugin could not open (a socket path too long,
-		// say) is no reason to fail: the Steps stream carries the same
-		// steps over the gRPC connection.
+		// say, or not within its deadline) is no reason to fail: the Steps
+		// stream carries the same steps over the gRPC connection (and the
+		// call timeout bounds each of them).
 		in.p.opts.Logger.Warn("plugin step channel unavailable; steps go over the gRPC stream", "flowlet", in.name, "instance", in.idx, "error", err)
 	}
 	in.setProc(pr)

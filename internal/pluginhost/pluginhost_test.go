@@ -618,3 +618,42 @@ func TestChannelRefused(t *testing.T) {
 		t.Errorf("no warning naming the missing acknowledgement:\n%s", l)
 	}
 }
+
+// TestSlowOpenChannel: OpenChannel has a deadline of its own. An Init that
+// takes all but a second of its call timeout, followed by an OpenChannel
+// that takes two, starts the instance; an OpenChannel that never answers
+// makes the host fall back (a warning) instead of killing the process.
+func TestSlowOpenChannel(t *testing.T) {
+	for _, tc := range []struct {
+		mode    string
+		timeout time.Duration
+	}{{"slow", 3 * time.Second}, {"hang", 700 * time.Millisecond}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			logs := &logBuf{}
+			o := options(t, logs)
+			o.CallTimeout = tc.timeout
+			o.Env = append(o.Env, "UNARY_CHANNEL="+tc.mode)
+			p := open(t, "slowopen", "unary", o)
+			f := p.New().(flowlet.BatchProcessor)
+			ctx := flowlettest.New("slowopen")
+			if err := ctx.Init(f, nil); err != nil {
+				t.Fatal(err)
+			}
+			defer f.(flowlet.Closer).Close()
+			old := pid(f)
+			if err := f.ProcessBatch(ctx, []flowlet.Event{ev("a")}); err != nil {
+				t.Fatal(err)
+			}
+			ctx.Commit()
+			if got := ctx.Emits("out"); !slices.Equal(got, []string{"A"}) {
+				t.Errorf("out %v", got)
+			}
+			if tr := transport(f); tr != "unary" || pid(f) != old {
+				t.Errorf("transport %q, pid %d (was %d); want unary calls in the same process", tr, pid(f), old)
+			}
+			if tc.mode == "hang" && !strings.Contains(logs.String(), "step channel unavailable") {
+				t.Errorf("no warning:\n%s", logs)
+			}
+		})
+	}
+}

@@ -5,7 +5,9 @@
 //
 // UNARY_CHANNEL in its environment makes it implement OpenChannel, badly:
 // "refuse" opens a step channel that refuses the host's certificate (it
-// expects another one).
+// expects another one), "hang" never answers OpenChannel, "slow" takes
+// all but a second of Init's deadline and then two seconds to answer
+// OpenChannel (UNIMPLEMENTED).
 package main
 
 import (
@@ -35,7 +37,10 @@ func (server) Describe(context.Context, *pb.DescribeRequest) (*pb.TypeInfo, erro
 	return &pb.TypeInfo{Outputs: []string{"out"}, Process: true, Doc: "unary test plugin"}, nil
 }
 
-func (server) Init(context.Context, *pb.InitRequest) (*pb.InitResponse, error) {
+func (server) Init(ctx context.Context, _ *pb.InitRequest) (*pb.InitResponse, error) {
+	if d, ok := ctx.Deadline(); ok && os.Getenv("UNARY_CHANNEL") == "slow" {
+		time.Sleep(time.Until(d) - time.Second)
+	}
 	return &pb.InitResponse{}, nil
 }
 
@@ -61,6 +66,11 @@ func (server) ProcessBatch(_ context.Context, r *pb.BatchRequest) (*pb.StepRespo
 
 func (server) OpenChannel(ctx context.Context, r *pb.ChannelRequest) (*pb.ChannelResponse, error) {
 	switch os.Getenv("UNARY_CHANNEL") {
+	case "hang":
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case "slow":
+		time.Sleep(2 * time.Second)
 	case "refuse":
 		cert, err := channel.NewCert()
 		if err != nil {
