@@ -139,6 +139,10 @@ type App struct {
 	closed  bool
 	ran     bool
 
+	// commitFault, set by tests only, fails a step's commit with its error
+	// (the step is aborted, as the store refusing it would).
+	commitFault func(*stepCtx) error
+
 	// While Run runs: its context, stop function and the drivers' wait group
 	// (Scale starts and stops drivers).
 	runCtx  context.Context

@@ -111,6 +111,7 @@ type instance struct {
 	lastErr  map[string]string
 	isolate  map[string]bool
 	perm     map[string]bool // failed with a permanent error: dead-letter at once
+	truncDL  map[string]bool // its dead-letter record was too large: store a truncated one
 	batchErr map[string]int  // by first event: failures of a whole batch not yet isolated
 	closed   bool
 
@@ -132,6 +133,7 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 		lastErr:  map[string]string{},
 		isolate:  map[string]bool{},
 		perm:     map[string]bool{},
+		truncDL:  map[string]bool{},
 		batchErr: map[string]int{},
 	}
 	in.f = frt.typ.New()
@@ -458,7 +460,14 @@ func (in *instance) finish(sc *stepCtx) (retry bool, err error) {
 		}
 		in.dlq.n++
 	}
-	err = in.txc.Finish()
+	if f := in.a.commitFault; f != nil {
+		if err = f(sc); err != nil {
+			_ = in.txc.Abort(nil)
+		}
+	}
+	if err == nil {
+		err = in.txc.Finish()
+	}
 	if err != nil {
 		in.resetRoutes()
 		if in.obs != nil {
@@ -565,7 +574,13 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 			continue
 		}
 		if err != nil && isTooLarge(err) {
-			if in.tooLargeStep(sc, evs, err) {
+			redo, terr := in.tooLargeStep(sc, evs, err)
+			if terr != nil {
+				in.logger.Error("instance stopped", "err", terr)
+				in.st.setErr(terr)
+				return 0, terr
+			}
+			if redo {
 				continue
 			}
 		}
@@ -573,8 +588,7 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 			if fatalErr(err) {
 				return 0, err
 			}
-			// Timed out (or too large with its one event being
-			// dead-lettered already): a failure of every event.
+			// Timed out: a failure of every event.
 			in.logger.Warn("step commit failed", "err", err, "events", len(evs))
 			in.st.setErr(err)
 			n := 0
@@ -589,6 +603,7 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 			delete(in.lastErr, e.id)
 			delete(in.isolate, e.id)
 			delete(in.perm, e.id)
+			delete(in.truncDL, e.id)
 			delete(in.batchErr, e.id)
 		}
 		in.committedAtLimit()
@@ -835,12 +850,18 @@ func (in *instance) deadLetter(sc *stepCtx, e *inEvent, reason string) {
 	if e.dead != nil {
 		attempts += e.dead.Attempts
 	}
-	sc.dead = append(sc.dead, DeadLetter{
+	d := DeadLetter{
 		Flowlet: in.fl.Name, Input: e.ev.Input, EventID: e.ev.ID, Error: reason, Attempts: attempts,
 		Time: time.Now(), Keys: e.ev.Keys, EventTime: e.ev.EventTime, TraceID: e.ev.TraceID,
-		Payload: append([]byte(nil), e.ev.Payload...),
-	})
-	in.logger.Warn("event moved to the dead-letter queue", "input", e.ev.Input, "id", e.ev.ID, "attempts", attempts, "err", reason)
+		Payload: e.ev.Payload,
+	}
+	if in.truncDL[e.id] {
+		truncateDeadLetter(&d)
+	}
+	d.Payload = append([]byte(nil), d.Payload...)
+	sc.dead = append(sc.dead, d)
+	in.logger.Warn("event moved to the dead-letter queue", "input", e.ev.Input, "id", e.ev.ID, "attempts", attempts,
+		"truncated", d.Truncated, "err", d.Error)
 }
 
 // sourceStep runs one Generate in a transaction, with retries.

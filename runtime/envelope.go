@@ -95,11 +95,22 @@ type DeadLetter struct {
 	TraceID   string    `json:"trace_id,omitempty"`
 	// Payload is the event's payload (a source may store only a prefix).
 	Payload []byte `json:"-"`
+	// Truncated: the record was too large for one atomic write of the
+	// store, so only a prefix of the payload (and of the error) was kept;
+	// PayloadBytes is the event's full payload size. A truncated dead
+	// letter is not replayed (dlq replay keeps it).
+	Truncated    bool `json:"truncated,omitempty"`
+	PayloadBytes int  `json:"payload_bytes,omitempty"`
 }
 
+// Records are version 1; a truncated record is version 2, which adds
+// uvarint(flags) uvarint(payload bytes) before the payload (flag 1:
+// truncated). Untruncated records stay version 1, byte for byte.
 const (
-	dlqVersion    = 1
-	maxErrorBytes = 16 << 10
+	dlqVersion      = 1
+	dlqVersionTrunc = 2
+	dlqFlagTrunc    = 1
+	maxErrorBytes   = 16 << 10
 )
 
 func encodeDeadLetter(d *DeadLetter) []byte {
@@ -108,7 +119,11 @@ func encodeDeadLetter(d *DeadLetter) []byte {
 		e = e[:maxErrorBytes] + "…(truncated)"
 	}
 	b := make([]byte, 0, 64+len(e)+len(d.Payload))
-	b = append(b, dlqVersion)
+	if d.Truncated {
+		b = append(b, dlqVersionTrunc)
+	} else {
+		b = append(b, dlqVersion)
+	}
 	b = binenc.AppendString(b, d.Input)
 	b = binenc.AppendString(b, d.EventID)
 	b = binenc.AppendString(b, e)
@@ -125,12 +140,16 @@ func encodeDeadLetter(d *DeadLetter) []byte {
 		b = binenc.AppendString(b, kv.Name)
 		b = binenc.AppendString(b, kv.Value)
 	}
+	if d.Truncated {
+		b = binary.AppendUvarint(b, dlqFlagTrunc)
+		b = binary.AppendUvarint(b, uint64(d.PayloadBytes))
+	}
 	return append(b, d.Payload...)
 }
 
 func decodeDeadLetter(flowletName string, b []byte) (DeadLetter, error) {
 	d := DeadLetter{Flowlet: flowletName}
-	if len(b) == 0 || b[0] != dlqVersion {
+	if len(b) == 0 || (b[0] != dlqVersion && b[0] != dlqVersionTrunc) {
 		return d, errors.New("runtime: unknown dead-letter record version")
 	}
 	r := binenc.NewReader(b[1:], errBadEnvelope)
@@ -147,6 +166,10 @@ func decodeDeadLetter(flowletName string, b []byte) (DeadLetter, error) {
 	n := r.Uvarint()
 	for i := uint64(0); i < n && r.Err() == nil; i++ {
 		d.Keys = append(d.Keys, flowlet.KeyValue{Name: r.String(), Value: r.String()})
+	}
+	if b[0] == dlqVersionTrunc {
+		d.Truncated = r.Uvarint()&dlqFlagTrunc != 0
+		d.PayloadBytes = int(r.Uvarint())
 	}
 	if err := r.Err(); err != nil {
 		return d, err

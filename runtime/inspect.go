@@ -202,7 +202,8 @@ func dlqSize(q queue.QueueInfo) int64 {
 // "<flowlet>.dlq-replay", delivered like its other input) when the app runs
 // next. inputs are the queues the flowlet consumes in the current plan and
 // keys their partition key names; entries from other inputs (failed ticks
-// and publishes, queues no longer in the app) stay in the dead-letter queue.
+// and publishes, queues no longer in the app) and truncated records (only a
+// prefix of the payload is there) stay in the dead-letter queue.
 // It returns how many entries were replayed and how many were kept.
 //
 // On the store of a running app (App.Inspect) the flowlet consumes them at
@@ -268,7 +269,7 @@ func (s *Store) ReplayDeadLetters(flowletName string, inputs map[string]string) 
 		for _, e := range es {
 			d, derr := decodeDeadLetter(flowletName, e.Payload)
 			keyName, ok := inputs[d.Input]
-			if derr != nil || !ok {
+			if derr != nil || !ok || d.Truncated {
 				err = back.Enqueue(context.Background(), queue.Event{Payload: e.Payload})
 				k++
 			} else {

@@ -121,21 +121,55 @@ func (in *instance) committedAtLimit() {
 }
 
 // tooLargeStep handles a consuming step the store refused as too large. It
-// returns true when the step is to be redone at once: with half the events,
-// or with its one event dead-lettered. It returns false for a step whose
-// one event was being dead-lettered already (no split makes that smaller):
-// the general failure path takes it.
-func (in *instance) tooLargeStep(sc *stepCtx, evs []inEvent, err error) bool {
+// returns redo when the step is to be redone at once: with half the events,
+// with its one event dead-lettered, or, when that dead-letter step was too
+// large itself, with a truncated dead-letter record of the event (see
+// truncateDeadLetter). A truncated record that is still too large is an
+// error: the instance cannot move past the event, so it stops, and with it
+// the app (nothing of the step was written; the event stays in its queue).
+func (in *instance) tooLargeStep(sc *stepCtx, evs []inEvent, err error) (redo bool, _ error) {
 	e := in.tooLarge(sc, len(evs), err)
 	if len(evs) > 1 {
 		in.shrink(len(evs))
-		return true
+		return true, nil
 	}
 	id := evs[0].id
-	if in.perm[id] || in.attempts[id] >= in.fl.Retry.Max+1 {
-		return false
+	if !in.perm[id] && in.attempts[id] < in.fl.Retry.Max+1 {
+		in.fail(id, e)
+		in.perm[id] = true // the redo dead-letters it, without processing it
+		return true, nil
 	}
-	in.fail(id, e)
-	in.perm[id] = true // the redo dead-letters it, without processing it
-	return true
+	// The step was the event's dead-letter record alone.
+	if !in.truncDL[id] {
+		in.truncDL[id] = true
+		in.logger.Warn("dead-letter record too large for one atomic write: the event is dead-lettered with a truncated record",
+			"input", evs[0].ev.Input, "id", evs[0].ev.ID, "payload_bytes", len(evs[0].ev.Payload))
+		return true, nil
+	}
+	return false, fmt.Errorf("flowlet %q instance %d: event %s of %s cannot be dead-lettered: even its truncated dead-letter record "+
+		"(the first %d of its %d payload bytes) is too large for one atomic write of the store; the instance stops, "+
+		"nothing of the step was written and the event stays in its queue: %w",
+		in.fl.Name, in.idx, evs[0].ev.ID, evs[0].ev.Input, min(len(evs[0].ev.Payload), truncatedPayloadBytes), len(evs[0].ev.Payload), e)
+}
+
+// A truncated dead-letter record keeps the event's metadata (input, id,
+// keys, headers, attempts), the first truncatedErrorBytes of the error and
+// the first truncatedPayloadBytes of the payload, and says so
+// (DeadLetter.Truncated, PayloadBytes). It is not replayed.
+const (
+	truncatedPayloadBytes = 4 << 10
+	truncatedErrorBytes   = 4 << 10
+)
+
+// truncateDeadLetter cuts d down to a truncated record.
+func truncateDeadLetter(d *DeadLetter) {
+	d.PayloadBytes = len(d.Payload)
+	d.Truncated = true
+	if len(d.Payload) > truncatedPayloadBytes {
+		d.Payload = d.Payload[:truncatedPayloadBytes]
+	}
+	if len(d.Error) > truncatedErrorBytes {
+		d.Error = d.Error[:truncatedErrorBytes] + "…(truncated)"
+	}
+	d.Error += fmt.Sprintf(" (dead-letter record truncated: too large for one atomic write; first %d of %d payload bytes kept)", len(d.Payload), d.PayloadBytes)
 }

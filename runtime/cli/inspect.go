@@ -426,8 +426,12 @@ func (g *globals) dlqCmd() *cobra.Command {
 				return g.printJSON(out)
 			}
 			for _, d := range out {
-				fmt.Fprintf(g.stdout, "%s\t%s\t%s\tattempts=%d\terror=%s\tpayload=%s\n", d.Flowlet, d.Input, d.EventID, d.Attempts,
-					printable([]byte(d.Error)), printable(d.Payload.Raw()))
+				trunc := ""
+				if d.Truncated {
+					trunc = fmt.Sprintf("\ttruncated=%d/%d", len(d.Payload.Raw()), d.PayloadBytes)
+				}
+				fmt.Fprintf(g.stdout, "%s\t%s\t%s\tattempts=%d\terror=%s%s\tpayload=%s\n", d.Flowlet, d.Input, d.EventID, d.Attempts,
+					printable([]byte(d.Error)), trunc, printable(d.Payload.Raw()))
 			}
 			if len(out) == 0 {
 				fmt.Fprintln(g.stderr, "no dead letters")
@@ -465,7 +469,7 @@ func (g *globals) dlqCmd() *cobra.Command {
 			if g.asJSON {
 				g.printJSON(map[string]int{"replayed": r, "kept": k})
 			} else {
-				fmt.Fprintf(g.stdout, "replayed %d dead letter(s) of %s; kept %d (not from a current input)\n", r, f.Name, k)
+				fmt.Fprintf(g.stdout, "replayed %d dead letter(s) of %s; kept %d (not from a current input, or truncated)\n", r, f.Name, k)
 			}
 			if err != nil {
 				return &exitError{ExitFailure, err}

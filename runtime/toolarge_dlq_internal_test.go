@@ -1,0 +1,171 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/flowlet"
+	_ "github.com/flowrun/flowrun/runtime/builtin"
+	"github.com/flowrun/flowrun/tx"
+)
+
+// t_refuse_3 counts its events (counter n/ok) and fails the one whose
+// payload ends in "3" with a permanent error.
+type refuse3 struct{}
+
+func (refuse3) Process(ctx flowlet.Context, ev flowlet.Event) error {
+	if strings.HasSuffix(string(ev.Payload), "3") {
+		return flowlet.Permanent(errors.New("refusing event 3"))
+	}
+	return ctx.Counters("n").Add([]byte("ok"), 1)
+}
+
+func init() {
+	flowlet.Register("t_refuse_3", func() flowlet.Flowlet { return refuse3{} }, flowlet.TypeInfo{Sink: true})
+}
+
+const dlqBigPayload = 20000 // bytes of x before the sequence number
+
+// runDLQApp runs until drained (or stopped) an app whose sink fails event 3
+// of 0..5 (payloads of 20 KB) permanently, with commitFault set, and returns
+// Run's error and the data directory.
+func runDLQApp(t *testing.T, fault func(*stepCtx) error) (*App, string, error) {
+	t.Helper()
+	dir := t.TempDir()
+	yaml := fmt.Sprintf(`
+app: dlqbig
+flowlets:
+  gen: {type: generator, config: {count: 6, batch: 6, payload: "%s{seq}"}}
+  sink: {type: t_refuse_3, retries: {max: 2, backoff: 1ms}}
+connections:
+  - {from: gen, to: sink}
+`, strings.Repeat("x", dlqBigPayload))
+	path := filepath.Join(dir, "app.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := ParseFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	a, err := Open(p, Options{DataDir: data, Drain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.commitFault = fault
+	// A hang detector, not a timing assertion: before the fix the sink
+	// retried the dead-letter step forever.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err = a.Run(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("the app neither drained nor stopped: %+v", a.Status())
+	}
+	return a, data, err
+}
+
+// tooLargeDeadLetters refuses as too large every step of the sink that
+// writes a dead letter of more than limit bytes of payload: the event's
+// dead-letter record does not fit in one atomic write.
+func tooLargeDeadLetters(limit int) func(*stepCtx) error {
+	return func(sc *stepCtx) error {
+		for _, d := range sc.dead {
+			if len(d.Payload) > limit {
+				return fmt.Errorf("refused by the test: %w", tx.ErrTooLarge)
+			}
+		}
+		return nil
+	}
+}
+
+// TestDeadLetterTooLarge: an event whose step is too large on its own is
+// dead-lettered; when even its dead-letter record is too large, the record
+// is truncated (metadata, error, the first bytes of the payload, flagged as
+// truncated) and the partition flows on; a truncated record is not replayed.
+func TestDeadLetterTooLarge(t *testing.T) {
+	a, data, err := runDLQApp(t, tooLargeDeadLetters(truncatedPayloadBytes))
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	var ok int64
+	if err := a.View("sink", func(r StateReader) error {
+		var err error
+		ok, err = r.Counters("n").Get([]byte("ok"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st := a.Status()
+	a.Close()
+	if ok != 5 {
+		t.Errorf("sink counted %d events, want the 5 good ones", ok)
+	}
+	for _, f := range st.Flowlets {
+		if f.Name == "sink" && (f.Processed != 6 || f.DeadLettered != 1 || f.TooLarge == 0) {
+			t.Errorf("sink: processed %d (want 6), dead %d (want 1), too_large %d (want > 0)", f.Processed, f.DeadLettered, f.TooLarge)
+		}
+	}
+	s, err := OpenStore(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dl []DeadLetter
+	if err := s.DeadLetters("sink", 0, func(d DeadLetter) bool { dl = append(dl, d); return true }); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Repeat("x", truncatedPayloadBytes)
+	if len(dl) != 1 || !dl[0].Truncated || dl[0].PayloadBytes != dlqBigPayload+1 || string(dl[0].Payload) != want ||
+		dl[0].EventID == "" || dl[0].Input != "gen.out" || !strings.Contains(dl[0].Error, "refusing event 3") ||
+		!strings.Contains(dl[0].Error, "truncated") {
+		for _, d := range dl {
+			t.Logf("dead letter: %+v (payload %d bytes)", d, len(d.Payload))
+		}
+		t.Fatalf("%d dead letters; want one truncated record of event 3 (first %d of %d bytes)", len(dl), truncatedPayloadBytes, dlqBigPayload+1)
+	}
+	r, k, err := s.ReplayDeadLetters("sink", map[string]string{"gen.out": ""})
+	s.Close()
+	if err != nil || r != 0 || k != 1 {
+		t.Errorf("replay: %d replayed, %d kept (%v); want the truncated record kept", r, k, err)
+	}
+}
+
+// TestDeadLetterTooLargeEvenTruncated: when even the truncated record is
+// too large, the instance stops, and the app with it, with an error that
+// says so; nothing of the event's step was written.
+func TestDeadLetterTooLargeEvenTruncated(t *testing.T) {
+	a, data, err := runDLQApp(t, tooLargeDeadLetters(-1))
+	a.Close()
+	if err == nil || !strings.Contains(err.Error(), "cannot be dead-lettered") || !errors.Is(err, tx.ErrTooLarge) {
+		t.Fatalf("run: %v; want the instance stopped on a dead letter too large even truncated", err)
+	}
+	s, oerr := OpenStore(data)
+	if oerr != nil {
+		t.Fatal(oerr)
+	}
+	defer s.Close()
+	n := 0
+	if err := s.DeadLetters("sink", 0, func(DeadLetter) bool { n++; return true }); err != nil || n != 0 {
+		t.Fatalf("%d dead letters (%v), want none", n, err)
+	}
+}
+
+// A truncated record survives encoding; an untruncated one is version 1.
+func TestDeadLetterRecordTruncated(t *testing.T) {
+	d := DeadLetter{Input: "a.out", EventID: "1", Error: "e", Attempts: 2, Time: time.Unix(5, 0), Payload: []byte("abc"), Truncated: true, PayloadBytes: 9}
+	got, err := decodeDeadLetter("f", encodeDeadLetter(&d))
+	if err != nil || !got.Truncated || got.PayloadBytes != 9 || string(got.Payload) != "abc" || got.EventID != "1" {
+		t.Fatalf("decoded %+v, %v", got, err)
+	}
+	d.Truncated, d.PayloadBytes = false, 0
+	b := encodeDeadLetter(&d)
+	if got, err := decodeDeadLetter("f", b); b[0] != dlqVersion || err != nil || got.Truncated || string(got.Payload) != "abc" {
+		t.Fatalf("version %d, decoded %+v, %v", b[0], got, err)
+	}
+}
