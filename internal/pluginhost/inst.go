@@ -320,16 +320,33 @@ func (in *inst) stream(ctx context.Context, pr *proc, call *pb.StepCall) (*pb.St
 	if err != nil {
 		return nil, false, err
 	}
+	// The deadline and ctx abort the step by ending this stream only (the
+	// caller then kills the process). Either may fire just as the step
+	// ends: then the step stands, the stream is dropped and the next step
+	// opens a new one; this waits for the callback, so that it is done
+	// before the next step starts.
 	var timedOut atomic.Bool
-	t := time.AfterFunc(in.p.opts.CallTimeout, func() { timedOut.Store(true); pr.closeSteps() })
-	stop := context.AfterFunc(ctx, pr.closeSteps)
+	tdone, cdone := make(chan struct{}), make(chan struct{})
+	t := time.AfterFunc(in.p.opts.CallTimeout, func() {
+		defer close(tdone)
+		timedOut.Store(true)
+		pr.dropSteps(st)
+	})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cdone)
+		pr.dropSteps(st)
+	})
 	err = st.Send(call)
 	var resp *pb.StepResponse
 	if err == nil || errors.Is(err, io.EOF) { // on EOF, Recv has the stream's error
 		resp, err = st.Recv()
 	}
-	t.Stop()
-	stop()
+	if !t.Stop() {
+		<-tdone
+	}
+	if !stop() {
+		<-cdone
+	}
 	if err == nil && resp == nil {
 		err = errors.New("empty step response")
 	}
@@ -345,12 +362,21 @@ func (in *inst) channelStep(ctx context.Context, pr *proc, call *pb.StepCall) (*
 	if err := c.SetDeadline(time.Now().Add(in.p.opts.CallTimeout)); err != nil {
 		return nil, false, err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	done := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(done)
+		_ = c.SetDeadline(time.Unix(1, 0))
+	})
 	err := c.Write(call)
 	if err == nil {
 		err = c.Read(&pr.resp)
 	}
-	stop()
+	if !stop() {
+		// ctx was cancelled as the step ended: the past deadline must land
+		// before the next step sets its own, not after (that step would
+		// fail as a timeout and the process be killed).
+		<-done
+	}
 	if err != nil {
 		return nil, ctx.Err() == nil && errors.Is(err, os.ErrDeadlineExceeded), err
 	}

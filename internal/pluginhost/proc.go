@@ -113,6 +113,17 @@ func (pr *proc) openSteps() (pb.Flowlet_StepsClient, error) {
 	return pr.steps, nil
 }
 
+// dropSteps ends the Steps stream st, if it is still the process's, so
+// that the next step opens a new one (a step on st in flight fails).
+func (pr *proc) dropSteps(st pb.Flowlet_StepsClient) {
+	pr.smu.Lock()
+	defer pr.smu.Unlock()
+	if pr.steps == st && st != nil {
+		pr.stepsCancel()
+		pr.steps, pr.stepsCancel = nil, nil
+	}
+}
+
 // closeSteps ends the Steps stream (a step in flight fails); a closed
 // stream is not reopened.
 func (pr *proc) closeSteps() {
