@@ -354,6 +354,9 @@ func (s *server) serveChannel(l *net.UnixListener, cfg *tls.Config) {
 			return
 		}
 		if err := c.Write(resp); err != nil {
+			// Say why (a response over channel.MaxFrame, say): the host
+			// sees the channel end and puts stderr's tail in its error.
+			fmt.Fprintln(s.stderr, "flowrun plugin: step channel: cannot send the step's response:", err)
 			return
 		}
 	}

@@ -657,3 +657,28 @@ func TestSlowOpenChannel(t *testing.T) {
 		})
 	}
 }
+
+// TestUnsendableResponse: a step response the plugin cannot send on the
+// step channel (here one that cannot be marshalled: a trace id that is not
+// UTF-8; a frame over 256 MiB fails the same way) fails the step with a
+// CallError whose message names the cause, from the plugin's stderr.
+func TestUnsendableResponse(t *testing.T) {
+	p := open(t, "unsendable", "testplugin", options(t, nil))
+	f := p.New()
+	ctx := flowlettest.New("unsendable")
+	if err := ctx.Process(f, ev("a")); err != nil {
+		t.Fatal(err)
+	}
+	if tr := transport(f); tr != "channel" {
+		t.Fatalf("transport %q, want the step channel", tr)
+	}
+	err := ctx.Process(f, ev("badutf8"))
+	var ce *pluginhost.CallError
+	if !errors.As(err, &ce) || !strings.Contains(ce.Stderr, "cannot send the step's response") ||
+		!strings.Contains(err.Error(), "invalid UTF-8") {
+		t.Fatalf("want a CallError naming the cause, got %v", err)
+	}
+	if err := ctx.Process(f, ev("b")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -114,6 +114,8 @@ func (f *testFlowlet) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) err
 				return errors.New("no DeadLetterEvent")
 			}
 			err = dl.DeadLetterEvent(ev, "dead event on request")
+		case "badutf8": // a response that cannot be marshalled
+			err = ctx.Emit("out", []byte("x"), flowlet.TraceID("\xff"))
 		case "whoami":
 			err = ctx.Emit("whoami", []byte(fmt.Sprintf("%s/%d/%d", ctx.Name(), ctx.Instance(), ctx.Instances())))
 		default:
