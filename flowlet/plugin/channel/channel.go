@@ -49,6 +49,11 @@ const MaxFrame = 256 << 20
 // frames.
 const maxKeptBuffer = 8 << 20
 
+// maxHeldFrame is the largest frame whose TLS records are collected and
+// written to the socket at once; a larger one is written a record at a
+// time (the wake-ups it saves would cost another copy of the frame).
+const maxHeldFrame = 1 << 20
+
 // NewCert makes a fresh Ed25519 key and a self-signed certificate for one
 // end of a channel (CN and DNS name localhost, valid from an hour ago for a
 // year). Its DER, to send to the other end, is Certificate[0].
@@ -193,7 +198,9 @@ func (c *Conn) SetDeadline(t time.Time) error { return c.raw.SetDeadline(t) }
 // could wait behind a blocked Write).
 func (c *Conn) Close() error { return c.raw.Conn.Close() }
 
-// Write sends m as one frame, in one write to the socket.
+// Write sends m as one frame, in one write to the socket when it is at
+// most 1 MiB (maxHeldFrame), else straight through as TLS makes its
+// records.
 func (c *Conn) Write(m proto.Message) error {
 	b, err := proto.MarshalOptions{}.MarshalAppend(append(c.wbuf[:0], 0, 0, 0, 0), m)
 	if err != nil {
@@ -207,6 +214,10 @@ func (c *Conn) Write(m proto.Message) error {
 		c.wbuf = b[:0]
 	} else {
 		c.wbuf = nil
+	}
+	if len(b) > maxHeldFrame {
+		_, err = c.tls.Write(b) // a record at a time: no encrypted copy
+		return err
 	}
 	// TLS writes a record per 16 KiB; the records go out in one write, so
 	// the peer wakes up once per frame.

@@ -10,7 +10,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -242,5 +244,77 @@ func TestAcknowledgement(t *testing.T) {
 	ccancel()
 	if err := c.Open(cctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("Open with a cancelled context: %v", err)
+	}
+}
+
+// writeLog records the size of each write to the socket.
+type writeLog struct {
+	net.Conn
+	mu     sync.Mutex
+	writes []int
+}
+
+func (w *writeLog) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	w.writes = append(w.writes, len(b))
+	w.mu.Unlock()
+	return w.Conn.Write(b)
+}
+
+func (w *writeLog) take() []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.writes
+	w.writes = nil
+	return n
+}
+
+// TestLargeFrameUnbuffered: a small frame goes out in one write to the
+// socket; a frame over 1 MiB is not collected into an encrypted copy of
+// itself first: no single write is near its size, and the connection does
+// not keep such a buffer.
+func TestLargeFrameUnbuffered(t *testing.T) {
+	hc, _ := NewCert()
+	pc, _ := NewCert()
+	a, b := socketPair(t)
+	wl := &writeLog{Conn: a}
+	c, s := Client(wl, Config(hc, pc.Certificate[0])), Server(b, Config(pc, hc.Certificate[0]))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	aerr := make(chan error, 1)
+	go func() { aerr <- s.Accept(ctx) }()
+	if err := c.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-aerr; err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{100 << 10, 4 << 20} {
+		wl.take()
+		payload := bytes.Repeat([]byte("y"), size)
+		errc := make(chan error, 1)
+		go func() {
+			errc <- c.Write(&pb.StepCall{Op: pb.StepCall_PROCESS_BATCH, Batch: &pb.BatchRequest{Packed: &pb.PackedEvents{Payloads: payload}}})
+		}()
+		var got pb.StepCall
+		if err := s.Read(&got); err != nil || !bytes.Equal(got.Batch.GetPacked().GetPayloads(), payload) {
+			t.Fatalf("%d bytes: %v", size, err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		writes := wl.take()
+		if size < maxHeldFrame {
+			if len(writes) != 1 {
+				t.Errorf("a frame of %d bytes took %d writes, want 1", size, len(writes))
+			}
+			continue
+		}
+		if m := slices.Max(writes); m > maxHeldFrame {
+			t.Errorf("a frame of %d bytes went out with a write of %d bytes (an encrypted copy of the frame)", size, m)
+		}
+		if n := cap(c.raw.buf); n > maxHeldFrame {
+			t.Errorf("the connection keeps a write buffer of %d bytes", n)
+		}
 	}
 }
