@@ -88,6 +88,25 @@ type Notifier interface {
 	Ready() <-chan struct{}
 }
 
+// GenNotifier is a Notifier that counts its wake-ups, so that a consumer
+// that is busy pays for no channel (nor the lock that hands it out) per
+// transaction: it takes the generation, an atomic load, before each
+// transaction, and a channel only when its Dequeue came back empty:
+//
+//	g := n.Gen()                 // before the transaction
+//	ctx.Start(...); es, _ := c.Dequeue(max)
+//	if len(es) == 0 { ctx.Abort(nil); <-n.ReadyAt(g) }
+//
+// Gen changes at every wake-up a Ready channel taken at the same moment
+// would get. ReadyAt(g) returns a channel closed at the first wake-up after
+// Gen returned g, closed already if there was one: a commit between Gen
+// and the Dequeue is not lost.
+type GenNotifier interface {
+	Notifier
+	Gen() uint64
+	ReadyAt(gen uint64) <-chan struct{}
+}
+
 // QueueInfo describes a queue at one moment.
 type QueueInfo struct {
 	Name   string

@@ -53,15 +53,22 @@ type route struct {
 // Wake-ups come from the queue (queue.Notifier): a producer's commit, any
 // producer's, the app's flowlets, Ingest and dead-letter replay alike, a
 // rescale, partitions released with entries left in them. ready is the
-// Ready channel taken before the transaction of the last dequeue that found
-// the input empty: while it is open nothing was committed to the queue since
-// that transaction's snapshot, so the driver neither dequeues from the
-// input nor wakes up for it. nil means look (never looked, or the last
-// dequeue returned entries, or failed).
+// Ready channel of the last dequeue that found the input empty, as of
+// before that step's transaction: while it is open nothing was committed to
+// the queue since that transaction's snapshot, so the driver neither
+// dequeues from the input nor wakes up for it. nil means look (never
+// looked, or the last dequeue returned entries, or failed).
+//
+// With a queue.GenNotifier (badgerq) a step takes only the notify
+// generation before its transaction (an atomic load) and the channel
+// (ReadyAt, a lock) only when its dequeue came back empty: a busy input
+// costs no lock and no channel per step.
 type input struct {
 	n      queue.Notifier
+	gn     queue.GenNotifier // n, when it counts its wake-ups
+	gen    uint64            // gn's generation before the current step's transaction
 	ready  <-chan struct{}
-	next   <-chan struct{} // Ready taken before the current step's transaction
+	next   <-chan struct{} // without gn: Ready taken before the current step's transaction
 	queue  string
 	key    string // the queue's partition key name
 	c      queue.Consumer
@@ -538,7 +545,7 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 		// dequeue cannot see, must close the channel we keep.
 		for _, inp := range in.inputs {
 			if inp.looks() {
-				inp.next = inp.n.Ready()
+				inp.mark()
 			}
 		}
 		sc, err := in.start(ctx)
@@ -658,7 +665,7 @@ func (in *instance) dequeue() ([]inEvent, error) {
 			// More may be there; and an abort must find these again.
 			inp.ready = nil
 		} else {
-			inp.ready = inp.next
+			inp.ready = inp.readyAtMark()
 		}
 		inp.taken += len(entries)
 		for j := range entries {
@@ -684,7 +691,27 @@ func newInput(qn, key string, c queue.Consumer) (*input, error) {
 	if !ok {
 		return nil, fmt.Errorf("consumer of %s: %w", qn, errNoNotifier)
 	}
-	return &input{n: n, queue: qn, key: key, c: c}, nil
+	gn, _ := c.(queue.GenNotifier)
+	return &input{n: n, gn: gn, queue: qn, key: key, c: c}, nil
+}
+
+// mark notes, before a step's transaction, where the input's wake-ups
+// stand.
+func (inp *input) mark() {
+	if inp.gn != nil {
+		inp.gen = inp.gn.Gen()
+		return
+	}
+	inp.next = inp.n.Ready()
+}
+
+// readyAtMark is a channel closed at the first wake-up after the last mark:
+// for a dequeue that found the input empty.
+func (inp *input) readyAtMark() <-chan struct{} {
+	if inp.gn != nil {
+		return inp.gn.ReadyAt(inp.gen)
+	}
+	return inp.next
 }
 
 // errNoNotifier: the queue backend's consumers cannot wake the runtime.

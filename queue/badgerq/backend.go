@@ -144,16 +144,38 @@ type queueRT struct {
 	rr                  atomic.Uint32 // producers' rotating start partition
 	index               []partIndex   // one per partition, see index.go
 
+	// Wake-ups (see consumer.Ready and queue.GenNotifier): gen counts
+	// notifies; readyCh is closed by the next one. A notify with nobody
+	// waiting (waiting false) is an atomic add and load, no lock: the
+	// producers' hot path.
+	gen     atomic.Uint64
+	waiting atomic.Bool // readyCh is non-nil
 	readyMu sync.Mutex
 	readyCh chan struct{} // closed by notify; nil while nobody waits
 }
 
+// closedCh is a closed channel: ReadyAt's answer once the generation moved.
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // ready returns a channel closed at the next notify (see consumer.Ready).
-func (q *queueRT) ready() <-chan struct{} {
+func (q *queueRT) ready() <-chan struct{} { return q.readyAt(q.gen.Load()) }
+
+// readyAt returns a channel closed at the first notify after the one that
+// made the generation gen: closed already if the generation moved on.
+//
+// No wake-up is lost: waiting is stored before gen is loaded here, and a
+// notify adds to gen before it loads waiting (both sequentially
+// consistent), so either this load sees the notify's generation, or the
+// notify sees waiting and closes the channel returned here (under readyMu).
+func (q *queueRT) readyAt(gen uint64) <-chan struct{} {
 	q.readyMu.Lock()
 	defer q.readyMu.Unlock()
 	if q.readyCh == nil {
 		q.readyCh = make(chan struct{})
+		q.waiting.Store(true)
+	}
+	if q.gen.Load() != gen {
+		return closedCh
 	}
 	return q.readyCh
 }
@@ -162,10 +184,15 @@ func (q *queueRT) ready() <-chan struct{} {
 // commit returned (so a transaction started after the wake-up sees it), and
 // after whatever else can give a waiting consumer something to read.
 func (q *queueRT) notify() {
+	q.gen.Add(1)
+	if !q.waiting.Load() {
+		return
+	}
 	q.readyMu.Lock()
 	if q.readyCh != nil {
 		close(q.readyCh)
 		q.readyCh = nil
+		q.waiting.Store(false)
 	}
 	q.readyMu.Unlock()
 }

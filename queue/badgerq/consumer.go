@@ -62,8 +62,9 @@ type work struct {
 }
 
 var (
-	_ tx.Stager      = (*consumer)(nil)
-	_ queue.Notifier = (*consumer)(nil)
+	_ tx.Stager         = (*consumer)(nil)
+	_ queue.Notifier    = (*consumer)(nil)
+	_ queue.GenNotifier = (*consumer)(nil)
 )
 
 // Ready implements queue.Notifier: the channel is closed when a producer
@@ -75,6 +76,13 @@ var (
 // per queue (a consumer may wake to find the new entries in another
 // instance's partitions).
 func (c *consumer) Ready() <-chan struct{} { return c.q.ready() }
+
+// Gen implements queue.GenNotifier: the queue's count of wake-ups (an
+// atomic load, no lock).
+func (c *consumer) Gen() uint64 { return c.q.gen.Load() }
+
+// ReadyAt implements queue.GenNotifier.
+func (c *consumer) ReadyAt(gen uint64) <-chan struct{} { return c.q.readyAt(gen) }
 
 // Consumer implements queue.Backend.
 func (b *Backend) Consumer(name, group string, instance int) (queue.ConsumerDriver, error) {
