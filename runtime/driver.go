@@ -33,6 +33,17 @@ type Publisher interface {
 	Publish(ctx flowlet.Context) error
 }
 
+// BatchBorrower is implemented by batch flowlets (flowlet.BatchProcessor)
+// that keep no reference to the slice ProcessBatch receives after the call
+// returned (copies of its Events are fine). ProcessBatch's contract lets a
+// flowlet keep the slice (only payloads are call-scoped), so by default
+// every step hands it a new one; a BatchBorrower gets the same slice,
+// overwritten, step after step. Matched structurally: flowlets need not
+// import this package.
+type BatchBorrower interface {
+	BorrowsBatch()
+}
+
 // Waker is implemented by sources that know when input arrives (the HTTP
 // source): after ErrIdle the runtime waits for Ready instead of polling.
 type Waker interface {
@@ -111,9 +122,13 @@ type instance struct {
 	done    chan struct{}
 	started atomic.Bool
 
-	sc       *stepCtx
-	evs      []inEvent // the step's input events, reused from step to step
-	next     int       // round-robin start over inputs
+	sc  *stepCtx
+	evs []inEvent // the step's input events, reused from step to step
+	// borrow: the flowlet is a BatchBorrower; batchBuf is then the slice
+	// ProcessBatch gets, reused (cleared after each call).
+	borrow   bool
+	batchBuf []flowlet.Event
+	next     int // round-robin start over inputs
 	attempts map[string]int
 	lastErr  map[string]string
 	isolate  map[string]bool
@@ -153,6 +168,7 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 	in.ticker, _ = in.f.(flowlet.Ticker)
 	in.pub, _ = in.f.(Publisher)
 	in.obs, _ = in.f.(StepObserver)
+	_, in.borrow = in.f.(BatchBorrower)
 	if f.Tick <= 0 {
 		in.ticker = nil
 	}
@@ -787,12 +803,13 @@ func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait tim
 		return false, 0
 	}
 	if in.batch != nil && !in.isolate[live[0].id] {
-		batch := make([]flowlet.Event, len(live))
+		batch := in.batchSlice(len(live))
 		for i := range live {
 			batch[i] = live[i].ev
 		}
 		sc.emitErr = nil
 		err := safeCall(func() error { return in.batch.ProcessBatch(sc, batch) })
+		in.batchDone(batch)
 		if err == nil {
 			err = sc.emitErr
 		}
@@ -834,7 +851,10 @@ func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait tim
 		if in.proc != nil {
 			err = safeCall(func() error { return in.proc.Process(sc, e.ev) })
 		} else {
-			err = safeCall(func() error { return in.batch.ProcessBatch(sc, []flowlet.Event{e.ev}) })
+			one := in.batchSlice(1)
+			one[0] = e.ev
+			err = safeCall(func() error { return in.batch.ProcessBatch(sc, one) })
+			in.batchDone(one)
 		}
 		if err == nil {
 			err = sc.emitErr
@@ -860,6 +880,26 @@ func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait tim
 		return false, in.backoff(worst)
 	}
 	return false, 0
+}
+
+// batchSlice is the slice of n events for a ProcessBatch call: the
+// instance's reused one for a BatchBorrower, a new one otherwise (the
+// flowlet may keep it).
+func (in *instance) batchSlice(n int) []flowlet.Event {
+	if !in.borrow {
+		return make([]flowlet.Event, n)
+	}
+	if cap(in.batchBuf) < n {
+		in.batchBuf = make([]flowlet.Event, n)
+	}
+	return in.batchBuf[:n]
+}
+
+// batchDone drops the events' payloads and keys from a reused slice.
+func (in *instance) batchDone(batch []flowlet.Event) {
+	if in.borrow {
+		clear(batch)
+	}
 }
 
 func (in *instance) logFailure(err error, events int) {

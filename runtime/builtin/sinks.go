@@ -80,6 +80,10 @@ func (s *FileSink) Close() error {
 
 func seqKey(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
 
+// BorrowsBatch: ProcessBatch keeps nothing of its slice of events once it
+// returned (runtime.BatchBorrower: the runtime may reuse the slice).
+func (*FileSink) BorrowsBatch() {}
+
 // ProcessBatch stages the records of a step in the outbox.
 func (s *FileSink) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) error {
 	meta := ctx.State(sinkTable)
@@ -173,6 +177,10 @@ type StdoutSink struct {
 }
 
 func (s *StdoutSink) Init(ic flowlet.InitContext) error { return ic.Config.Known() }
+
+// BorrowsBatch: ProcessBatch keeps nothing of its slice of events once it
+// returned (runtime.BatchBorrower: the runtime may reuse the slice).
+func (*StdoutSink) BorrowsBatch() {}
 
 func (s *StdoutSink) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) error {
 	for _, ev := range evs {

@@ -24,6 +24,10 @@ type Counter struct {
 // Init rejects any config.
 func (c *Counter) Init(ic flowlet.InitContext) error { return ic.Config.Known() }
 
+// BorrowsBatch: ProcessBatch keeps nothing of its slice of events once it
+// returned (runtime.BatchBorrower: the runtime may reuse the slice).
+func (*Counter) BorrowsBatch() {}
+
 // ProcessBatch adds the batch's counts.
 func (c *Counter) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) error {
 	counters := ctx.Counters(c.Table)

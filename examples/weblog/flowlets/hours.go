@@ -86,6 +86,10 @@ func openKey(instance int, hour []byte) []byte {
 
 func maxKey(instance int) []byte { return fmt.Appendf(nil, "max/%d", instance) }
 
+// BorrowsBatch: ProcessBatch keeps nothing of its slice of events once it
+// returned (runtime.BatchBorrower: the runtime may reuse the slice).
+func (*BytesPerHour) BorrowsBatch() {}
+
 // ProcessBatch adds the batch's hour records.
 func (b *BytesPerHour) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) error {
 	b.sums = b.sums[:0]

@@ -150,6 +150,10 @@ func (p *Parser) Process(ctx flowlet.Context, ev flowlet.Event) error {
 	return p.ProcessBatch(ctx, []flowlet.Event{ev})
 }
 
+// BorrowsBatch: ProcessBatch keeps nothing of its slice of events once it
+// returned (runtime.BatchBorrower: the runtime may reuse the slice).
+func (*Parser) BorrowsBatch() {}
+
 // ProcessBatch parses the batch and emits its sums.
 func (p *Parser) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) error {
 	p.pages.reset()
