@@ -264,6 +264,14 @@ func (s *server) step(ctx context.Context, call *pb.StepCall) (*pb.StepResponse,
 	return nil, status.Errorf(codes.InvalidArgument, "flowrun plugin: unknown step op %v", call.Op)
 }
 
+// stepCallID is the call_id of a step call's request.
+func stepCallID(call *pb.StepCall) uint64 {
+	if call.Op == pb.StepCall_PROCESS_BATCH {
+		return call.GetBatch().GetStep().GetCallId()
+	}
+	return call.GetStep().GetCallId()
+}
+
 // ChannelEnv names an environment variable for diagnostics and
 // comparisons: "off" makes the plugin answer OpenChannel with
 // codes.Unimplemented, so the host sends its steps over the Steps stream.
@@ -347,6 +355,9 @@ func (s *server) serveChannel(l *net.UnixListener, cfg *tls.Config) {
 			return
 		}
 		resp, err := s.step(ctx, &call)
+		if err == nil {
+			resp.CallId = stepCallID(&call)
+		}
 		if err != nil {
 			// The host sent a step it must not (Steps would end the stream
 			// with this status): end the channel; the host's step fails.

@@ -380,6 +380,10 @@ func (in *inst) channelStep(ctx context.Context, pr *proc, call *pb.StepCall) (*
 	if err != nil {
 		return nil, ctx.Err() == nil && errors.Is(err, os.ErrDeadlineExceeded), err
 	}
+	if got, want := pr.resp.GetCallId(), in.callID; got != want {
+		// Never apply a response to another step than its own.
+		return nil, false, fmt.Errorf("step channel: the response names step %d, this is step %d: host and plugin out of step (a plugin SDK of another version?)", got, want)
+	}
 	return &pr.resp, false, nil
 }
 

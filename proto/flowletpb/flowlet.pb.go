@@ -1362,11 +1362,16 @@ type StepResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Emits in order: every one of emits, then every one of packed_emits
 	// (the Go SDK sends packed_emits only).
-	Emits         []*Emit       `protobuf:"bytes,1,rep,name=emits,proto3" json:"emits,omitempty"`
-	Writes        []*StateOp    `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
-	DeadLetters   []*DeadLetter `protobuf:"bytes,3,rep,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
-	Error         *Error        `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
-	PackedEmits   *PackedEmits  `protobuf:"bytes,5,opt,name=packed_emits,json=packedEmits,proto3" json:"packed_emits,omitempty"`
+	Emits       []*Emit       `protobuf:"bytes,1,rep,name=emits,proto3" json:"emits,omitempty"`
+	Writes      []*StateOp    `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
+	DeadLetters []*DeadLetter `protobuf:"bytes,3,rep,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
+	Error       *Error        `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	PackedEmits *PackedEmits  `protobuf:"bytes,5,opt,name=packed_emits,json=packedEmits,proto3" json:"packed_emits,omitempty"`
+	// The call_id of the step's request, echoed. A host on the step channel
+	// refuses a response that names another step: frames out of step (a
+	// plugin and host of different versions, say) fail the step, which is
+	// redelivered, instead of being applied to the wrong one.
+	CallId        uint64 `protobuf:"varint,6,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1434,6 +1439,13 @@ func (x *StepResponse) GetPackedEmits() *PackedEmits {
 		return x.PackedEmits
 	}
 	return nil
+}
+
+func (x *StepResponse) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
+	}
+	return 0
 }
 
 // PackedEmits are a step's emits in columns (see PackedEvents): emit i goes
@@ -2319,13 +2331,14 @@ const file_flowlet_proto_rawDesc = "" +
 	"\x06FAILED\x10\x01\x12\t\n" +
 	"\x05PANIC\x10\x02\x12\b\n" +
 	"\x04IDLE\x10\x03\x12\x10\n" +
-	"\fEND_OF_INPUT\x10\x04\"\xab\x02\n" +
+	"\fEND_OF_INPUT\x10\x04\"\xc4\x02\n" +
 	"\fStepResponse\x12.\n" +
 	"\x05emits\x18\x01 \x03(\v2\x18.flowrun.flowlet.v1.EmitR\x05emits\x123\n" +
 	"\x06writes\x18\x02 \x03(\v2\x1b.flowrun.flowlet.v1.StateOpR\x06writes\x12A\n" +
 	"\fdead_letters\x18\x03 \x03(\v2\x1e.flowrun.flowlet.v1.DeadLetterR\vdeadLetters\x12/\n" +
 	"\x05error\x18\x04 \x01(\v2\x19.flowrun.flowlet.v1.ErrorR\x05error\x12B\n" +
-	"\fpacked_emits\x18\x05 \x01(\v2\x1f.flowrun.flowlet.v1.PackedEmitsR\vpackedEmits\"\x8e\x03\n" +
+	"\fpacked_emits\x18\x05 \x01(\v2\x1f.flowrun.flowlet.v1.PackedEmitsR\vpackedEmits\x12\x17\n" +
+	"\acall_id\x18\x06 \x01(\x04R\x06callId\"\x8e\x03\n" +
 	"\vPackedEmits\x12\x18\n" +
 	"\aoutputs\x18\x01 \x03(\tR\aoutputs\x12!\n" +
 	"\foutput_index\x18\x02 \x03(\rR\voutputIndex\x12\x1a\n" +
