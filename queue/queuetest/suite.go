@@ -557,7 +557,7 @@ func testTTL(t *testing.T, e *Env) {
 
 func testDepth(t *testing.T, e *Env) {
 	must(t, e.Queues.CreateQueue("q", queue.Config{Partitions: 2, MaxEvents: 10}))
-	must(t, e.Queues.CreateQueue("w", queue.Config{Partitions: 2, MaxBytes: 100, FullWait: 5 * time.Second}))
+	must(t, e.Queues.CreateQueue("w", queue.Config{Partitions: 2, MaxBytes: 100, FullWait: 30 * time.Second}))
 	for _, q := range []string{"q", "w"} {
 		must(t, e.Queues.AddGroup(q, queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 1}))
 	}
@@ -573,7 +573,8 @@ func testDepth(t *testing.T, e *Env) {
 	must(t, e.Queues.Maintain())
 	produce(t, e, "q", "f", 10, 10, nil)
 
-	// Bounded wait: a producer blocks until a consumer makes room.
+	// Bounded wait: a producer blocks until a consumer makes room (the bound
+	// is generous: under load the eviction that makes room can take seconds).
 	produce(t, e, "w", "a", 10, 10, nil) // 10 × 3 bytes
 	pw, _ := e.Queues.Producer("w")
 	go func() {
