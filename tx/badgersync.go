@@ -2,6 +2,7 @@ package tx
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -34,6 +35,12 @@ type badgerSyncer struct {
 	mu   sync.Mutex
 	done map[string]bool     // rotated-away files synced since their last write
 	open map[string]*os.File // kept open while they exist
+	// current is the newest file of each kind at the last listing. Badger
+	// numbers its files in sequence, so while the next one of neither kind
+	// exists, no rotation happened and the listing (one read of a directory
+	// that may hold thousands of tables) is skipped.
+	current  map[string]logFile
+	listings int // directory listings so far
 	// synced, when set (tests), sees the files of each sync.
 	synced func(paths []string)
 }
@@ -44,19 +51,55 @@ func newBadgerSyncer(db *badger.DB) *badgerSyncer {
 	if o.ValueDir != "" && filepath.Clean(o.ValueDir) != filepath.Clean(o.Dir) {
 		dirs = append(dirs, o.ValueDir)
 	}
-	return &badgerSyncer{dirs: dirs, done: map[string]bool{}, open: map[string]*os.File{}}
+	return &badgerSyncer{dirs: dirs, done: map[string]bool{}, open: map[string]*os.File{}, current: map[string]logFile{}}
 }
 
 type logFile struct {
-	path string
-	kind string // ".mem" or ".vlog"
-	fid  int
+	path  string
+	kind  string // ".mem" or ".vlog"
+	fid   int
+	width int // digits in the name (Badger zero-pads the fid)
 }
 
 // sync makes every write that returned before it started durable.
 func (s *badgerSyncer) sync() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.unrotated() {
+		todo := make([]*os.File, 0, len(s.current))
+		for _, f := range s.current {
+			h, err := s.handle(f.path)
+			if errors.Is(err, fs.ErrNotExist) {
+				return s.syncListed() // gone already: list again
+			}
+			if err != nil {
+				return err
+			}
+			todo = append(todo, h)
+		}
+		return s.fdatasync(todo)
+	}
+	return s.syncListed()
+}
+
+// unrotated reports whether the newest files of the last listing are still
+// the newest: the next file of each kind does not exist yet.
+func (s *badgerSyncer) unrotated() bool {
+	if len(s.current) == 0 {
+		return false
+	}
+	for _, f := range s.current {
+		next := filepath.Join(filepath.Dir(f.path), fmt.Sprintf("%0*d%s", f.width, f.fid+1, f.kind))
+		if _, err := os.Lstat(next); !errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
+	}
+	return true
+}
+
+// syncListed lists the log files and syncs every one not done.
+func (s *badgerSyncer) syncListed() error {
+	s.listings++
 	var files []logFile
 	newest := map[string]int{}
 	for _, dir := range s.dirs {
@@ -74,15 +117,19 @@ func (s *badgerSyncer) sync() error {
 			if err != nil {
 				continue
 			}
-			files = append(files, logFile{path: filepath.Join(dir, name), kind: kind, fid: fid})
+			files = append(files, logFile{path: filepath.Join(dir, name), kind: kind, fid: fid, width: len(name) - len(kind)})
 			newest[kind] = max(newest[kind], fid)
 		}
 	}
 	present := make(map[string]bool, len(files))
 	var todo []*os.File
 	var finished []string
+	current := map[string]logFile{}
 	for _, f := range files {
 		present[f.path] = true
+		if f.fid == newest[f.kind] {
+			current[f.kind] = f
+		}
 		if s.done[f.path] {
 			continue
 		}
@@ -110,16 +157,10 @@ func (s *badgerSyncer) sync() error {
 			delete(s.done, p)
 		}
 	}
-	if s.synced != nil {
-		paths := make([]string, len(todo))
-		for i, h := range todo {
-			paths[i] = h.Name()
-		}
-		s.synced(paths)
-	}
-	if err := fdatasyncAll(todo); err != nil {
+	if err := s.fdatasync(todo); err != nil {
 		return err
 	}
+	s.current = current // only once every listed file is synced
 	for _, p := range finished {
 		s.done[p] = true
 		if h := s.open[p]; h != nil {
@@ -128,6 +169,18 @@ func (s *badgerSyncer) sync() error {
 		}
 	}
 	return nil
+}
+
+// fdatasync syncs files in parallel (and tells the test hook which).
+func (s *badgerSyncer) fdatasync(files []*os.File) error {
+	if s.synced != nil {
+		paths := make([]string, len(files))
+		for i, h := range files {
+			paths[i] = h.Name()
+		}
+		s.synced(paths)
+	}
+	return fdatasyncAll(files)
 }
 
 func (s *badgerSyncer) handle(path string) (*os.File, error) {

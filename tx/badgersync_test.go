@@ -73,6 +73,9 @@ func TestBadgerSyncerCoversRotatedFiles(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("second sync covered %v, want only the current files %v", got, want)
 	}
+	if s.listings != 1 {
+		t.Fatalf("%d directory listings: without a rotation the second sync must not list", s.listings)
+	}
 	// After more rotations the files that were current are synced again:
 	// writes may have reached them after the last sync.
 	write(2 << 20)
@@ -83,6 +86,9 @@ func TestBadgerSyncerCoversRotatedFiles(t *testing.T) {
 		if _, err := os.Stat(p); err == nil && !slices.Contains(got, p) {
 			t.Fatalf("sync after rotation covered %v, missing %s (current at the last sync)", got, p)
 		}
+	}
+	if s.listings != 2 {
+		t.Fatalf("%d directory listings: a rotation must be noticed and listed once", s.listings)
 	}
 	if err := SyncBadger(db); err != nil {
 		t.Fatal(err)
