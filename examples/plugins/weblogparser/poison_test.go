@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,7 +24,7 @@ flowlets:
     type: file_source
     config: {path: %q}
   crasher:
-    type: pluginhost_testplugin
+    type: %s
     batch_size: 50
     retries: {max: 2, backoff: 1ms, max_backoff: 5ms}
   out:
@@ -33,6 +34,8 @@ connections:
   - {from: reader, to: crasher}
   - {from: crasher.out, to: out}
 `
+
+var poisonRuns atomic.Int64
 
 // TestPipelinePoison runs a plugin in the runtime over lines of which one
 // makes the plugin process exit and one makes it hang, every time: each
@@ -47,7 +50,9 @@ func TestPipelinePoison(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	flowlet.Register("pluginhost_testplugin", p.New, p.Info())
+	// A fresh type name per run: the registry is global and -count=N reruns.
+	typ := fmt.Sprintf("pluginhost_testplugin_%d", poisonRuns.Add(1))
+	flowlet.Register(typ, p.New, p.Info())
 
 	dir := t.TempDir()
 	in, out := filepath.Join(dir, "in.txt"), filepath.Join(dir, "out.txt")
@@ -67,7 +72,7 @@ func TestPipelinePoison(t *testing.T) {
 	if err := os.WriteFile(in, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	plan, err := planner.Parse("app.yaml", fmt.Appendf(nil, poisonYAML, in, out), planner.Options{Types: runtime.PlannerTypes()})
+	plan, err := planner.Parse("app.yaml", fmt.Appendf(nil, poisonYAML, in, typ, out), planner.Options{Types: runtime.PlannerTypes()})
 	if err != nil {
 		t.Fatal(err)
 	}
