@@ -180,9 +180,23 @@ type EmitOptions struct {
 	Priority  uint8
 }
 
-// ResolveEmitOptions folds opts into an EmitOptions.
+// ResolveEmitOptions folds opts into an EmitOptions. It allocates Keys when
+// opts has keys; a runtime that resolves every emit uses Resolve on an
+// EmitOptions of its own instead.
 func ResolveEmitOptions(opts []EmitOption) EmitOptions {
 	var o EmitOptions
+	o.Resolve(opts)
+	return o
+}
+
+// Resolve folds opts into o, replacing what o held, like
+// ResolveEmitOptions, but reuses the capacity of o.Keys: an EmitOptions kept
+// from emit to emit resolves without allocating. The previous Keys are
+// overwritten, so a caller must not keep them (or o.Keys) across calls.
+func (o *EmitOptions) Resolve(opts []EmitOption) {
+	keys := o.Keys
+	clear(keys) // drop references to the previous values
+	*o = EmitOptions{Keys: keys[:0]}
 	for _, op := range opts {
 		switch op.kind {
 		case optKey:
@@ -203,7 +217,6 @@ func ResolveEmitOptions(opts []EmitOption) EmitOptions {
 			o.Priority = op.p
 		}
 	}
-	return o
 }
 
 // Key returns the value of the partition key name and whether it is set.

@@ -170,6 +170,22 @@ func TestEmitOptions(t *testing.T) {
 	if v, ok := ev.Key("ip"); !ok || v != "1" {
 		t.Fatal(v, ok)
 	}
+	// Resolve reuses Keys' capacity and replaces everything o held.
+	keys := &o.Keys[0]
+	o.Resolve([]EmitOption{Key("x", "1"), Key("x", "2")})
+	if v, _ := o.Key("x"); v != "2" || len(o.Keys) != 1 || &o.Keys[0] != keys || !o.EventTime.IsZero() || o.TraceID != "" || o.Priority != 0 {
+		t.Fatalf("%+v", o)
+	}
+	if _, ok := o.Key("path"); ok {
+		t.Fatal("a key of the previous Resolve survived")
+	}
+	if n := testing.AllocsPerRun(100, func() { o.Resolve([]EmitOption{Key("a", "1"), Key("b", "2"), TraceID("t")}) }); n != 0 {
+		t.Errorf("Resolve into an EmitOptions with room for the keys: %v allocations, want 0", n)
+	}
+	o.Resolve(nil)
+	if len(o.Keys) != 0 || o.TraceID != "" {
+		t.Fatalf("%+v", o)
+	}
 	so := ScanOptions{Prefix: []byte("a"), Start: []byte("ab"), End: []byte("ad")}
 	for k, want := range map[string]bool{"a": false, "ab": true, "ac1": true, "ad": false, "b": false} {
 		if so.Match([]byte(k)) != want {

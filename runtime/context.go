@@ -83,7 +83,8 @@ type stepCtx struct {
 	event    *flowlet.Event // current input event, for DeadLetter
 	tables   map[string]*tableView
 	counters map[string]*counterView
-	payload  []byte // scratch for envelopes
+	payload  []byte              // scratch for envelopes
+	opts     flowlet.EmitOptions // an emit's resolved options, reused (Resolve)
 }
 
 var (
@@ -171,7 +172,8 @@ func (c *stepCtx) emit(output string, payload []byte, opts []flowlet.EmitOption)
 		in.st.unrouted.Add(1)
 		return nil
 	}
-	o := flowlet.ResolveEmitOptions(opts)
+	o := &c.opts
+	o.Resolve(opts)
 	var key []byte
 	if r.key != "" {
 		v, ok := o.Key(r.key)

@@ -30,6 +30,7 @@ type stepCtx struct {
 	headed bool  // some emit has a header (event time, trace id, priority)
 	dlNext int   // where DeadLetterEvent starts looking for its event
 	resp   pb.StepResponse
+	opts   flowlet.EmitOptions // an emit's resolved options, reused (Resolve)
 }
 
 // dlCtx is a stepCtx that can dead-letter, offered when the host's context
@@ -120,7 +121,8 @@ func (c *stepCtx) Emit(output string, payload []byte, opts ...flowlet.EmitOption
 		}
 		return nil
 	}
-	o := flowlet.ResolveEmitOptions(opts)
+	o := &c.opts
+	o.Resolve(opts)
 	if len(o.Keys) > 0 && !c.keyed {
 		c.keyed = true
 		p.KeyCounts = append(p.KeyCounts, make([]uint32, n)...)

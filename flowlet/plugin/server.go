@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/flowlet/plugin/channel"
@@ -346,9 +347,26 @@ func (s *server) serveChannel(l *net.UnixListener, cfg *tls.Config) {
 	defer c.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// Every call is decoded into call, whose batch columns keep their
+	// capacity from step to step (ResetForReuse); batch is that BatchRequest
+	// while call.Batch is nil (a call without one).
 	var call pb.StepCall
+	var batch *pb.BatchRequest
 	for {
-		if err := c.Read(&call); err != nil {
+		b, err := c.ReadFrame()
+		if err == nil {
+			if call.Batch == nil {
+				call.Batch = batch
+			}
+			call.ResetForReuse()
+			if err = (proto.UnmarshalOptions{Merge: true}).Unmarshal(b, &call); err != nil {
+				err = fmt.Errorf("flowrun step channel: unmarshal: %w", err)
+			}
+			if batch = call.Batch; !pb.HasBatch(b) {
+				call.Batch = nil
+			}
+		}
+		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				fmt.Fprintln(s.stderr, "flowrun plugin: step channel:", err)
 			}

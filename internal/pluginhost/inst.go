@@ -369,7 +369,15 @@ func (in *inst) channelStep(ctx context.Context, pr *proc, call *pb.StepCall) (*
 	})
 	err := c.Write(call)
 	if err == nil {
-		err = c.Read(&pr.resp)
+		// Decoded into the process's response, whose packed columns keep
+		// their capacity from step to step; its payloads are slices of the
+		// frame, valid until the next step's (ctx.Emit copies them).
+		var b []byte
+		if b, err = c.ReadFrame(); err == nil {
+			if err = pr.dec.Decode(b, &pr.resp); err != nil {
+				err = fmt.Errorf("flowrun step channel: unmarshal: %w", err)
+			}
+		}
 	}
 	if !stop() {
 		// ctx was cancelled as the step ended: the past deadline must land

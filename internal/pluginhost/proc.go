@@ -48,9 +48,10 @@ type proc struct {
 
 	// The step channel (package channel), opened after Init when the
 	// plugin implements OpenChannel; nil otherwise. resp is its reused
-	// response.
+	// response, decoded by dec.
 	ch   *channel.Conn
 	resp pb.StepResponse
+	dec  pb.ResponseDecoder
 }
 
 // openChannel opens the process's step channel: it sends a fresh

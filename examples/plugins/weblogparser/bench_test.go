@@ -22,11 +22,12 @@ type benchCtx struct {
 	emits, dead int
 	buf         []byte
 	keys        int
+	opts        flowlet.EmitOptions
 }
 
 func (c *benchCtx) Emit(output string, payload []byte, opts ...flowlet.EmitOption) error {
-	o := flowlet.ResolveEmitOptions(opts)
-	c.keys += len(o.Keys)
+	c.opts.Resolve(opts) // as the runtime's Context does
+	c.keys += len(c.opts.Keys)
 	c.buf = append(c.buf[:0], payload...)
 	c.emits++
 	return nil

@@ -233,12 +233,27 @@ func (c *Conn) Write(m proto.Message) error {
 // Read reads one frame into m (which is reset first). A connection closed
 // between frames is io.EOF.
 func (c *Conn) Read(m proto.Message) error {
-	if _, err := io.ReadFull(c.tls, c.hdr[:]); err != nil {
+	b, err := c.ReadFrame()
+	if err != nil {
 		return err
+	}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return fmt.Errorf("flowrun step channel: unmarshal: %w", err)
+	}
+	return nil
+}
+
+// ReadFrame reads one frame and returns its message undecoded, for a
+// caller that decodes it itself (into a message whose buffers it reuses,
+// say). The bytes are valid until the next Read or ReadFrame. A connection
+// closed between frames is io.EOF.
+func (c *Conn) ReadFrame() ([]byte, error) {
+	if _, err := io.ReadFull(c.tls, c.hdr[:]); err != nil {
+		return nil, err
 	}
 	n := binary.BigEndian.Uint32(c.hdr[:])
 	if n > MaxFrame {
-		return fmt.Errorf("flowrun step channel: a frame of %d bytes exceeds %d", n, MaxFrame)
+		return nil, fmt.Errorf("flowrun step channel: a frame of %d bytes exceeds %d", n, MaxFrame)
 	}
 	if cap(c.rbuf) < int(n) {
 		c.rbuf = make([]byte, n)
@@ -248,15 +263,12 @@ func (c *Conn) Read(m proto.Message) error {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return err
+		return nil, err
 	}
 	if cap(c.rbuf) > maxKeptBuffer {
 		c.rbuf = nil
 	}
-	if err := proto.Unmarshal(b, m); err != nil {
-		return fmt.Errorf("flowrun step channel: unmarshal: %w", err)
-	}
-	return nil
+	return b, nil
 }
 
 // holdConn collects the writes made while hold is set, for flush to send in
