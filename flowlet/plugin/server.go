@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/flowlet/plugin/channel"
@@ -348,22 +347,16 @@ func (s *server) serveChannel(l *net.UnixListener, cfg *tls.Config) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Every call is decoded into call, whose batch columns keep their
-	// capacity from step to step (ResetForReuse); batch is that BatchRequest
-	// while call.Batch is nil (a call without one).
+	// capacity from step to step; its payloads are slices of the frame,
+	// valid until the next call (an event's payload is valid only during
+	// the step).
 	var call pb.StepCall
-	var batch *pb.BatchRequest
+	var dec pb.CallDecoder
 	for {
 		b, err := c.ReadFrame()
 		if err == nil {
-			if call.Batch == nil {
-				call.Batch = batch
-			}
-			call.ResetForReuse()
-			if err = (proto.UnmarshalOptions{Merge: true}).Unmarshal(b, &call); err != nil {
+			if err = dec.Decode(b, &call); err != nil {
 				err = fmt.Errorf("flowrun step channel: unmarshal: %w", err)
-			}
-			if batch = call.Batch; !pb.HasBatch(b) {
-				call.Batch = nil
 			}
 		}
 		if err != nil {

@@ -44,9 +44,7 @@ func (r *StepResponse) ResetForReuse() {
 }
 
 // ResetForReuse clears c as proto.Reset does, except that c.Batch, when
-// set, stays (cleared) with its packed columns' capacity: after decoding
-// into it, c.Batch is set whether or not the message had a batch (see
-// HasBatch).
+// set, stays (cleared) with its packed columns' capacity (CallDecoder).
 func (c *StepCall) ResetForReuse() {
 	b := c.Batch
 	*c = StepCall{}
@@ -64,28 +62,6 @@ func (c *StepCall) ResetForReuse() {
 		b.Packed = p
 	}
 	c.Batch = b
-}
-
-// HasBatch reports whether the encoded StepCall m has its batch field set
-// (after decoding into a StepCall reset with ResetForReuse, Batch is set
-// either way).
-func HasBatch(m []byte) bool {
-	for len(m) > 0 {
-		num, typ, n := protowire.ConsumeTag(m)
-		if n < 0 {
-			return false
-		}
-		m = m[n:]
-		n = protowire.ConsumeFieldValue(num, typ, m)
-		if n < 0 {
-			return false
-		}
-		if num == 3 { // batch
-			return true
-		}
-		m = m[n:]
-	}
-	return false
 }
 
 // ResponseDecoder decodes StepResponses into a message reused from step to
@@ -268,4 +244,170 @@ func appendInt64s(s *[]int64, m []byte, typ protowire.Type) (int, error) {
 		b = b[k:]
 	}
 	return n, nil
+}
+
+// CallDecoder decodes StepCalls into a message reused from step to step
+// (a step channel's plugin end).
+type CallDecoder struct {
+	rest, batchRest []byte        // the fields decoded by proto.Unmarshal
+	batch           *BatchRequest // kept while a call has no batch
+}
+
+// Decode decodes the StepCall m into c, replacing what c held, as
+// proto.Unmarshal does, except for the packed events of its batch, which it
+// decodes itself into c.Batch.Packed, reusing the capacity of its columns,
+// with Payloads and Ids as slices of m instead of copies: they are valid
+// only as long as m is. Every other field, unknown ones included, goes
+// through proto.Unmarshal (and each of the packed events' keys). c.Batch is
+// nil when m has no batch; a batch's Packed is set (empty) when the batch
+// has none. Fields given more than once are merged as protobuf does; a
+// field of the packed events with an unexpected wire type is skipped.
+func (d *CallDecoder) Decode(m []byte, c *StepCall) error {
+	if c.Batch == nil {
+		c.Batch = d.batch
+	}
+	c.ResetForReuse()
+	b := c.Batch
+	c.Batch = nil
+	if b == nil {
+		b = new(BatchRequest)
+	}
+	d.batch = b
+	p := b.Packed
+	b.Packed = nil
+	if p == nil {
+		p = new(PackedEvents)
+	}
+	rest, brest := d.rest[:0], d.batchRest[:0]
+	seen := false
+	for m := m; len(m) > 0; {
+		num, typ, n := protowire.ConsumeTag(m)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		vlen := protowire.ConsumeFieldValue(num, typ, m[n:])
+		if vlen < 0 {
+			return protowire.ParseError(vlen)
+		}
+		if num != 3 || typ != protowire.BytesType {
+			rest = append(rest, m[:n+vlen]...)
+			m = m[n+vlen:]
+			continue
+		}
+		seen = true
+		v, _ := protowire.ConsumeBytes(m[n:])
+		for len(v) > 0 { // the batch's fields
+			bnum, btyp, k := protowire.ConsumeTag(v)
+			if k < 0 {
+				return protowire.ParseError(k)
+			}
+			blen := protowire.ConsumeFieldValue(bnum, btyp, v[k:])
+			if blen < 0 {
+				return protowire.ParseError(blen)
+			}
+			if bnum == 3 && btyp == protowire.BytesType {
+				pv, _ := protowire.ConsumeBytes(v[k:])
+				if err := p.decode(pv); err != nil {
+					return err
+				}
+			} else {
+				brest = append(brest, v[:k+blen]...)
+			}
+			v = v[k+blen:]
+		}
+		m = m[n+vlen:]
+	}
+	if len(rest) > 0 {
+		if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(rest, c); err != nil {
+			return err
+		}
+	}
+	if seen {
+		if len(brest) > 0 {
+			if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(brest, b); err != nil {
+				return err
+			}
+		}
+		b.Packed = p
+		c.Batch = b
+	} else {
+		b.Packed = p // kept for the next call
+	}
+	if cap(rest) <= maxKeptElems {
+		d.rest = rest
+	}
+	if cap(brest) <= maxKeptElems {
+		d.batchRest = brest
+	}
+	return nil
+}
+
+// decode merges the encoded PackedEvents m into p.
+func (p *PackedEvents) decode(m []byte) error {
+	for len(m) > 0 {
+		num, typ, n := protowire.ConsumeTag(m)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		m = m[n:]
+		var err error
+		switch {
+		case typ == protowire.BytesType && (num == 5 || num == 8):
+			v, k := protowire.ConsumeBytes(m)
+			if k < 0 {
+				return protowire.ParseError(k)
+			}
+			if !utf8.Valid(v) {
+				return fmt.Errorf("string field flowlet.PackedEvents.%d contains invalid UTF-8", num)
+			}
+			if num == 5 {
+				p.Inputs = append(p.Inputs, string(v))
+			} else {
+				p.TraceIds = append(p.TraceIds, string(v))
+			}
+			n = k
+		case typ == protowire.BytesType && (num == 1 || num == 3):
+			v, k := protowire.ConsumeBytes(m)
+			if k < 0 {
+				return protowire.ParseError(k)
+			}
+			if num == 1 {
+				p.Payloads = v[:len(v):len(v)]
+			} else {
+				p.Ids = v[:len(v):len(v)]
+			}
+			n = k
+		case typ == protowire.BytesType && num == 9:
+			v, k := protowire.ConsumeBytes(m)
+			if k < 0 {
+				return protowire.ParseError(k)
+			}
+			ek := new(EventKeys)
+			if err := proto.Unmarshal(v, ek); err != nil {
+				return err
+			}
+			p.Keys = append(p.Keys, ek)
+			n = k
+		case num == 2:
+			p.PayloadEnds, n, err = appendUint32s(p.PayloadEnds, m, typ)
+		case num == 4:
+			p.IdEnds, n, err = appendUint32s(p.IdEnds, m, typ)
+		case num == 6:
+			p.InputIndex, n, err = appendUint32s(p.InputIndex, m, typ)
+		case num == 7 && (typ == protowire.BytesType || typ == protowire.VarintType):
+			n, err = appendInt64s(&p.EventTimes, m, typ)
+		default:
+			n = -1
+		}
+		if err != nil {
+			return err
+		}
+		if n < 0 { // unknown, or a known field of another wire type: skipped
+			if n = protowire.ConsumeFieldValue(num, typ, m); n < 0 {
+				return protowire.ParseError(n)
+			}
+		}
+		m = m[n:]
+	}
+	return nil
 }

@@ -51,31 +51,54 @@ func TestResetForReuse(t *testing.T) {
 			t.Fatalf("%d: decoded %v, want %v", i, &r, m)
 		}
 	}
-	calls := []*StepCall{fullCall("1"), {Op: StepCall_TICK, Step: &StepRequest{CallId: 9}}, fullCall("22"), {}, {Op: StepCall_PROCESS_BATCH, Batch: &BatchRequest{}}}
+}
+
+// CallDecoder.Decode gives what proto.Unmarshal gives, whatever the message
+// held before, a batch given twice (merged) included; it rejects what
+// proto.Unmarshal rejects.
+func TestCallDecoder(t *testing.T) {
+	var d CallDecoder
 	var c StepCall
+	check := func(name string, b []byte) {
+		t.Helper()
+		want := new(StepCall)
+		werr := proto.Unmarshal(b, want)
+		err := d.Decode(b, &c)
+		if (err != nil) != (werr != nil) {
+			t.Fatalf("%s: Decode: %v, proto.Unmarshal: %v", name, err, werr)
+		}
+		if err != nil {
+			c = StepCall{}
+			return
+		}
+		if (c.Batch == nil) != (want.Batch == nil) {
+			t.Fatalf("%s: batch %v, want %v", name, c.Batch, want.Batch)
+		}
+		if want.Batch != nil && want.Batch.Packed == nil {
+			want.Batch.Packed = &PackedEvents{} // kept, empty: means the same
+		}
+		if !proto.Equal(&c, want) {
+			t.Fatalf("%s: decoded %v, want %v", name, &c, want)
+		}
+	}
+	calls := []*StepCall{fullCall("1"), {Op: StepCall_TICK, Step: &StepRequest{CallId: 9}}, fullCall("22"), {},
+		{Op: StepCall_PROCESS_BATCH, Batch: &BatchRequest{}}, fullCall("3"), {Op: StepCall_PROCESS_BATCH, Batch: &BatchRequest{Step: &StepRequest{CallId: 4}}}}
+	var all []byte
 	for i, m := range calls {
 		b, err := proto.Marshal(m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.ResetForReuse()
-		if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(b, &c); err != nil {
-			t.Fatal(err)
-		}
-		if got, want := HasBatch(b), m.Batch != nil; got != want {
-			t.Fatalf("%d: HasBatch = %v, want %v", i, got, want)
-		}
-		want := proto.Clone(m).(*StepCall)
-		if want.Batch == nil && c.Batch != nil {
-			want.Batch = &BatchRequest{} // kept, empty
-		}
-		if want.Batch != nil && want.Batch.Packed == nil && c.Batch.Packed != nil {
-			want.Batch.Packed = &PackedEvents{}
-		}
-		if !proto.Equal(&c, want) {
-			t.Fatalf("%d: decoded %v, want %v", i, &c, m)
-		}
+		check(string(rune('a'+i)), b)
+		all = append(all, b...)
 	}
+	check("concatenated", all) // every field given several times
+	check("truncated", all[:len(all)-2])
+	var bad []byte
+	bad = protowire.AppendTag(bad, 3, protowire.BytesType)
+	bad = protowire.AppendBytes(bad, protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType),
+		protowire.AppendString(protowire.AppendTag(nil, 5, protowire.BytesType), "\xfe")))
+	check("utf-8", bad)
 }
 
 // Decode gives what proto.Unmarshal gives, on messages from protobuf's
