@@ -87,7 +87,7 @@ func (d *ResponseDecoder) Decode(m []byte, r *StepResponse) error {
 	r.PackedEmits = nil
 	rest := d.rest[:0]
 	for b := m; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return protowire.ParseError(n)
 		}
@@ -120,10 +120,20 @@ func (d *ResponseDecoder) Decode(m []byte, r *StepResponse) error {
 	return nil
 }
 
+// consumeTag is protowire.ConsumeTag that, like proto.Unmarshal, also
+// refuses field numbers outside 1..MaxValidNumber.
+func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n >= 0 && (num < protowire.MinValidNumber || num > protowire.MaxValidNumber) {
+		return 0, 0, -1
+	}
+	return num, typ, n
+}
+
 // decode merges the encoded PackedEmits m into p.
 func (p *PackedEmits) decode(m []byte) error {
 	for len(m) > 0 {
-		num, typ, n := protowire.ConsumeTag(m)
+		num, typ, n := consumeTag(m)
 		if n < 0 {
 			return protowire.ParseError(n)
 		}
@@ -281,7 +291,7 @@ func (d *CallDecoder) Decode(m []byte, c *StepCall) error {
 	rest, brest := d.rest[:0], d.batchRest[:0]
 	seen := false
 	for m := m; len(m) > 0; {
-		num, typ, n := protowire.ConsumeTag(m)
+		num, typ, n := consumeTag(m)
 		if n < 0 {
 			return protowire.ParseError(n)
 		}
@@ -297,7 +307,7 @@ func (d *CallDecoder) Decode(m []byte, c *StepCall) error {
 		seen = true
 		v, _ := protowire.ConsumeBytes(m[n:])
 		for len(v) > 0 { // the batch's fields
-			bnum, btyp, k := protowire.ConsumeTag(v)
+			bnum, btyp, k := consumeTag(v)
 			if k < 0 {
 				return protowire.ParseError(k)
 			}
@@ -345,7 +355,7 @@ func (d *CallDecoder) Decode(m []byte, c *StepCall) error {
 // decode merges the encoded PackedEvents m into p.
 func (p *PackedEvents) decode(m []byte) error {
 	for len(m) > 0 {
-		num, typ, n := protowire.ConsumeTag(m)
+		num, typ, n := consumeTag(m)
 		if n < 0 {
 			return protowire.ParseError(n)
 		}
