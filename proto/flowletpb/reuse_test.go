@@ -211,6 +211,8 @@ func FuzzResponseDecoder(f *testing.F) {
 	})
 }
 
+// FuzzCallDecoder is FuzzResponseDecoder for step calls.
+//
 //	go test -run '^$' -fuzz FuzzCallDecoder -fuzztime 30s ./proto/flowletpb
 func FuzzCallDecoder(f *testing.F) {
 	for _, m := range []*StepCall{fullCall("1"), {Op: StepCall_TICK, Step: &StepRequest{CallId: 9}}} {
