@@ -16,35 +16,9 @@ import (
 // applied: frames out of step (a plugin and a host of different versions)
 // fail the step instead of losing or misplacing its events.
 func TestChannelResponseForAnotherStep(t *testing.T) {
-	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := net.Dial("unix", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
-	defer a.Close()
-	defer b.Close()
-	hc, _ := channel.NewCert()
-	pc, _ := channel.NewCert()
-	host := channel.Client(a, channel.Config(hc, pc.Certificate[0]))
-	plug := channel.Server(b, channel.Config(pc, hc.Certificate[0]))
+	host, plug := openChannelPair(t, func(c net.Conn) net.Conn { return c })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	aerr := make(chan error, 1)
-	go func() { aerr <- plug.Accept(ctx) }()
-	if err := host.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-aerr; err != nil {
-		t.Fatal(err)
-	}
 	perr := make(chan error, 1)
 	go func() { // the plugin answers the first step with another's id, then rightly
 		var call pb.StepCall
@@ -76,4 +50,40 @@ func TestChannelResponseForAnotherStep(t *testing.T) {
 	if err := <-perr; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// openChannelPair connects a host and a plugin end of a step channel over a
+// Unix socket, with fresh pinned certificates, and opens it (handshake and
+// acknowledgement). wrap may wrap the host's connection.
+func openChannelPair(t *testing.T, wrap func(net.Conn) net.Conn) (host, plug *channel.Conn) {
+	t.Helper()
+	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := net.Dial("unix", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	t.Cleanup(func() { a.Close(); b.Close() })
+	hc, _ := channel.NewCert()
+	pc, _ := channel.NewCert()
+	host = channel.Client(wrap(a), channel.Config(hc, pc.Certificate[0]))
+	plug = channel.Server(b, channel.Config(pc, hc.Certificate[0]))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	aerr := make(chan error, 1)
+	go func() { aerr <- plug.Accept(ctx) }()
+	if err := host.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-aerr; err != nil {
+		t.Fatal(err)
+	}
+	return host, plug
 }

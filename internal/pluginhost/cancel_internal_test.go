@@ -3,14 +3,12 @@ package pluginhost
 import (
 	"context"
 	"net"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 
-	"github.com/flowrun/flowrun/flowlet/plugin/channel"
 	pb "github.com/flowrun/flowrun/proto/flowletpb"
 )
 
@@ -55,36 +53,8 @@ func (g *gateConn) SetDeadline(t time.Time) error {
 // waits for it, so it cannot land after the next step has set its
 // deadline and make that step fail as a timeout.
 func TestChannelCancelRace(t *testing.T) {
-	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := net.Dial("unix", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
-	defer a.Close()
-	defer b.Close()
-	hc, _ := channel.NewCert()
-	pc, _ := channel.NewCert()
-	g := &gateConn{Conn: a, entered: make(chan struct{}), landed: make(chan struct{}), release: make(chan struct{})}
-	host := channel.Client(g, channel.Config(hc, pc.Certificate[0]))
-	plug := channel.Server(b, channel.Config(pc, hc.Certificate[0]))
-	hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer hcancel()
-	aerr := make(chan error, 1)
-	go func() { aerr <- plug.Accept(hctx) }()
-	if err := host.Open(hctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-aerr; err != nil {
-		t.Fatal(err)
-	}
+	g := &gateConn{entered: make(chan struct{}), landed: make(chan struct{}), release: make(chan struct{})}
+	host, plug := openChannelPair(t, func(c net.Conn) net.Conn { g.Conn = c; return g })
 
 	ctx, cancel := context.WithCancel(context.Background())
 	perr := make(chan error, 1)
