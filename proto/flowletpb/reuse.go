@@ -132,21 +132,15 @@ func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
 
 // decode merges the encoded PackedEmits m into p.
 func (p *PackedEmits) decode(m []byte) error {
-	for len(m) > 0 {
-		num, typ, n := consumeTag(m)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		m = m[n:]
-		var err error
+	return walkFields(m, func(num protowire.Number, typ protowire.Type, m []byte) (n int, err error) {
 		switch {
 		case typ == protowire.BytesType && (num == 1 || num == 5 || num == 11):
 			v, k := protowire.ConsumeBytes(m)
 			if k < 0 {
-				return protowire.ParseError(k)
+				return 0, protowire.ParseError(k)
 			}
 			if !utf8.Valid(v) {
-				return fmt.Errorf("string field flowlet.PackedEmits.%d contains invalid UTF-8", num)
+				return 0, fmt.Errorf("string field flowlet.PackedEmits.%d contains invalid UTF-8", num)
 			}
 			switch num {
 			case 1:
@@ -156,18 +150,18 @@ func (p *PackedEmits) decode(m []byte) error {
 			default:
 				p.TraceIds = append(p.TraceIds, string(v))
 			}
-			n = k
+			return k, nil
 		case typ == protowire.BytesType && (num == 3 || num == 8):
 			v, k := protowire.ConsumeBytes(m)
 			if k < 0 {
-				return protowire.ParseError(k)
+				return 0, protowire.ParseError(k)
 			}
 			if num == 3 {
 				p.Payloads = v[:len(v):len(v)]
 			} else {
 				p.KeyValues = v[:len(v):len(v)]
 			}
-			n = k
+			return k, nil
 		case num == 2:
 			p.OutputIndex, n, err = appendUint32s(p.OutputIndex, m, typ)
 		case num == 4:
@@ -185,10 +179,26 @@ func (p *PackedEmits) decode(m []byte) error {
 		default:
 			n = -1
 		}
+		return n, err
+	})
+}
+
+// walkFields calls field for every field of the encoded message m with the
+// bytes after its tag; field returns how many of them it consumed, or n < 0
+// to have the field skipped (unknown, or a known field of another wire
+// type: protobuf keeps those as unknown fields, which the host never reads).
+func walkFields(m []byte, field func(num protowire.Number, typ protowire.Type, m []byte) (int, error)) error {
+	for len(m) > 0 {
+		num, typ, n := consumeTag(m)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		m = m[n:]
+		n, err := field(num, typ, m)
 		if err != nil {
 			return err
 		}
-		if n < 0 { // unknown, or a known field of another wire type: skipped
+		if n < 0 {
 			if n = protowire.ConsumeFieldValue(num, typ, m); n < 0 {
 				return protowire.ParseError(n)
 			}
@@ -354,50 +364,44 @@ func (d *CallDecoder) Decode(m []byte, c *StepCall) error {
 
 // decode merges the encoded PackedEvents m into p.
 func (p *PackedEvents) decode(m []byte) error {
-	for len(m) > 0 {
-		num, typ, n := consumeTag(m)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		m = m[n:]
-		var err error
+	return walkFields(m, func(num protowire.Number, typ protowire.Type, m []byte) (n int, err error) {
 		switch {
 		case typ == protowire.BytesType && (num == 5 || num == 8):
 			v, k := protowire.ConsumeBytes(m)
 			if k < 0 {
-				return protowire.ParseError(k)
+				return 0, protowire.ParseError(k)
 			}
 			if !utf8.Valid(v) {
-				return fmt.Errorf("string field flowlet.PackedEvents.%d contains invalid UTF-8", num)
+				return 0, fmt.Errorf("string field flowlet.PackedEvents.%d contains invalid UTF-8", num)
 			}
 			if num == 5 {
 				p.Inputs = append(p.Inputs, string(v))
 			} else {
 				p.TraceIds = append(p.TraceIds, string(v))
 			}
-			n = k
+			return k, nil
 		case typ == protowire.BytesType && (num == 1 || num == 3):
 			v, k := protowire.ConsumeBytes(m)
 			if k < 0 {
-				return protowire.ParseError(k)
+				return 0, protowire.ParseError(k)
 			}
 			if num == 1 {
 				p.Payloads = v[:len(v):len(v)]
 			} else {
 				p.Ids = v[:len(v):len(v)]
 			}
-			n = k
+			return k, nil
 		case typ == protowire.BytesType && num == 9:
 			v, k := protowire.ConsumeBytes(m)
 			if k < 0 {
-				return protowire.ParseError(k)
+				return 0, protowire.ParseError(k)
 			}
 			ek := new(EventKeys)
 			if err := proto.Unmarshal(v, ek); err != nil {
-				return err
+				return 0, err
 			}
 			p.Keys = append(p.Keys, ek)
-			n = k
+			return k, nil
 		case num == 2:
 			p.PayloadEnds, n, err = appendUint32s(p.PayloadEnds, m, typ)
 		case num == 4:
@@ -409,15 +413,6 @@ func (p *PackedEvents) decode(m []byte) error {
 		default:
 			n = -1
 		}
-		if err != nil {
-			return err
-		}
-		if n < 0 { // unknown, or a known field of another wire type: skipped
-			if n = protowire.ConsumeFieldValue(num, typ, m); n < 0 {
-				return protowire.ParseError(n)
-			}
-		}
-		m = m[n:]
-	}
-	return nil
+		return n, err
+	})
 }
