@@ -44,25 +44,8 @@ func (t *keyTable) get(k uint64) uint64 {
 	}
 }
 
-func (t *keyTable) set(k, v uint64) {
-	k = fix(k)
-	if (t.used+1)*4 > len(t.slots)*3 {
-		t.grow()
-	}
-	mask := uint64(len(t.slots) - 1)
-	for i := k & mask; ; i = (i + 1) & mask {
-		s := &t.slots[i]
-		if s.k == k {
-			s.v = v
-			return
-		}
-		if s.k == 0 {
-			s.k, s.v = k, v
-			t.used++
-			return
-		}
-	}
-}
+// set stores v under k.
+func (t *keyTable) set(k, v uint64) { t.swap(k, v) }
 
 // swap stores v under k and returns the value it replaced (0 if absent), in
 // one probe.
