@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/flowrun/flowrun/runtime/cli"
+	"github.com/flowrun/flowrun/runtime/cli/clitest"
 )
 
 // pluginCache is shared by the tests of this package (and between runs):
@@ -67,23 +68,7 @@ func TestPluginAppCLI(t *testing.T) {
 	if !strings.Contains(errs, "opening plugin") {
 		t.Errorf("no log of the plugin opening:\n%s", errs)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "out.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
-	seen := map[string]bool{}
-	for _, l := range lines {
-		seen[l] = true
-	}
-	if len(lines) != n || len(seen) != n {
-		t.Fatalf("%d lines out (%d distinct), want %d", len(lines), len(seen), n)
-	}
-	for i := range n {
-		if w := fmt.Sprintf("%d LINE %d", i%100, i); !seen[w] {
-			t.Fatalf("line %q missing", w)
-		}
-	}
+	clitest.ExpectLines(t, filepath.Join(dir, "out.txt"), n, func(i int) string { return fmt.Sprintf("%d LINE %d", i%100, i) })
 	code, out, errs = runCLI(t, dir, "state", "get", "apps/app.yaml", "upper", "lines", "n", "--counters")
 	if code != cli.ExitOK || strings.TrimSpace(out) != fmt.Sprint(n) {
 		t.Errorf("state get upper n: exit %d, %q %s", code, out, errs)

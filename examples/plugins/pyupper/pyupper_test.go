@@ -209,23 +209,7 @@ func TestApp(t *testing.T) {
 	if code != cli.ExitOK {
 		t.Fatalf("run: exit %d\n%s%s", code, out, errs)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "out.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
-	seen := map[string]bool{}
-	for _, l := range lines {
-		seen[l] = true
-	}
-	if len(lines) != n || len(seen) != n {
-		t.Fatalf("%d lines out (%d distinct), want %d", len(lines), len(seen), n)
-	}
-	for i := range n {
-		if w := fmt.Sprintf("%d LINE %d", i%100, i); !seen[w] {
-			t.Fatalf("line %q missing", w)
-		}
-	}
+	clitest.ExpectLines(t, filepath.Join(dir, "out.txt"), n, func(i int) string { return fmt.Sprintf("%d LINE %d", i%100, i) })
 	code, out, errs = runCLI(t, dir, "state", "get", "app.yaml", "upper", "lines", "n", "--counters")
 	if code != cli.ExitOK || strings.TrimSpace(out) != fmt.Sprint(n) {
 		t.Errorf("state get upper lines n: exit %d, %q %s", code, out, errs)
