@@ -18,9 +18,7 @@ package tx
 // restores nothing: the committed generations never change under a hold.
 type conflictIndex struct {
 	seq     uint64        // bumped by every commit that carried keys
-	holds   keyTable      // key -> pendingBit|holder id; 0 = not held
-	held    int           // live holds (holds.used also counts released slots)
-	live    []kv          // scratch for rebuilding holds in place
+	holds   keyTable      // key -> pendingBit|holder id; absent = not held
 	gens    []*generation // oldest first; the last one takes new commits
 	genKeys int           // keys per generation before it is frozen
 	spare   []*generation // dropped generations, kept for reuse (up to maxSpare)
@@ -75,10 +73,8 @@ func (ci *conflictIndex) checkAndHold(id, startSeq uint64, keys []uint64) (pendi
 	// Hold as we go (one probe per key); a key held by another undoes ours.
 	mark := pendingBit | id
 	for i, k := range keys {
-		switch old := ci.holdsSwap(k, mark); old {
-		case 0:
-			ci.held++
-		case mark: // a duplicate, or held since an earlier CanCommit
+		switch old := ci.holds.swap(k, mark); old {
+		case 0, mark: // free, a duplicate, or held since an earlier CanCommit
 		default:
 			ci.holds.set(k, old)
 			ci.release(id, keys[:i])
@@ -92,25 +88,8 @@ func (ci *conflictIndex) checkAndHold(id, startSeq uint64, keys []uint64) (pendi
 func (ci *conflictIndex) release(id uint64, keys []uint64) {
 	mark := pendingBit | id
 	for _, k := range keys {
-		if ci.holds.get(k) == mark {
-			ci.holds.set(k, 0)
-			ci.held--
-		}
+		ci.holds.deleteIf(k, mark)
 	}
-}
-
-// holdsSwap stores a hold and returns what it replaced, first rebuilding the
-// holds table when released slots (kept as zero values) would make it grow.
-func (ci *conflictIndex) holdsSwap(k, v uint64) uint64 {
-	if (ci.holds.used+1)*4 > len(ci.holds.slots)*3 && ci.held*4 < len(ci.holds.slots) {
-		ci.live = ci.live[:0]
-		ci.holds.each(func(k, v uint64) { ci.live = append(ci.live, kv{k, v}) })
-		ci.holds.clear()
-		for _, e := range ci.live {
-			ci.holds.set(e.k, e.v)
-		}
-	}
-	return ci.holds.swap(k, v)
 }
 
 // commit records keys as committed now, ending id's holds on them.
@@ -170,7 +149,7 @@ func (ci *conflictIndex) pruneBelow(bound uint64) {
 // size is the number of committed keys kept (counting a key once per
 // generation it was committed in) plus the keys held.
 func (ci *conflictIndex) size() int {
-	n := ci.held
+	n := ci.holds.used
 	for _, g := range ci.gens {
 		n += g.keys.used
 	}

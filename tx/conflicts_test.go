@@ -91,8 +91,8 @@ func TestConflictIndexMatchesModel(t *testing.T) {
 			}
 		}
 		maxGens = max(maxGens, len(ci.gens))
-		if ci.held != len(holder) {
-			t.Fatalf("step %d: %d holds counted, model has %d", step, ci.held, len(holder))
+		if ci.holds.used != len(holder) {
+			t.Fatalf("step %d: %d holds counted, model has %d", step, ci.holds.used, len(holder))
 		}
 	}
 	t.Logf("%d commits, %d generations at most, %d live", ci.seq, maxGens, len(live))

@@ -139,7 +139,8 @@ type Coordinator struct {
 	reserved     uint64 // pointers below it are durably reserved
 	readPointer  uint64
 	inProgress   map[uint64]*txState
-	ordered      []uint64 // sorted in-progress pointers, checkpoints included
+	ordered      []uint64     // sorted in-progress pointers, checkpoints included
+	orderedHint  atomic.Int64 // len(ordered) at the last snapshot: sizes the next one outside mu
 	invalid      *invalidList
 	snap         *snapshot
 	dirty        bool // snap is stale
@@ -296,6 +297,12 @@ func (c *Coordinator) StartLong() (*Tx, error) {
 
 func (c *Coordinator) start(kind Kind, timeout time.Duration) (*Tx, error) {
 	expires := c.opts.Now().Add(timeout).UnixNano()
+	// Allocate before taking the lock: under contention nearly every start
+	// follows a commit and so rebuilds the snapshot, and allocating is most
+	// of what that costs. The size is a hint; a short one is cloned anyway.
+	st := &txState{kind: kind, expires: expires}
+	tx := &Tx{Kind: kind}
+	spare := &snapshot{excluded: make([]uint64, 0, c.orderedHint.Load()+8)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.checkOpenLocked(); err != nil {
@@ -305,26 +312,31 @@ func (c *Coordinator) start(kind Kind, timeout time.Duration) (*Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &txState{id: id, kind: kind, expires: expires, startSeq: c.conflicts.seq}
+	st.id, st.startSeq = id, c.conflicts.seq
 	c.inProgress[id] = st
 	c.ordered = append(c.ordered, id)
 	c.stats.started++
 	c.appendLocked(Edit{Kind: EditStart, TxID: id, TxKind: kind, Expires: expires}, false)
-	return &Tx{ID: id, WritePointer: id, Kind: kind, snap: c.snapshotLocked()}, nil
+	tx.ID, tx.WritePointer, tx.snap = id, id, c.snapshotLocked(spare)
+	return tx, nil
 }
 
-// snapshotLocked returns the current shared snapshot, rebuilding it only when
-// a commit, abort or invalidation changed what new transactions see.
-func (c *Coordinator) snapshotLocked() *snapshot {
+// snapshotLocked returns the current shared snapshot, rebuilding it (into
+// spare, when given and large enough) only when a commit, abort or
+// invalidation changed what new transactions see.
+func (c *Coordinator) snapshotLocked(spare *snapshot) *snapshot {
 	if !c.dirty {
 		return c.snap
 	}
 	n, _ := slices.BinarySearch(c.ordered, c.readPointer+1)
-	c.snap = &snapshot{
-		readPointer: c.readPointer,
-		excluded:    slices.Clone(c.ordered[:n]),
-		invalid:     c.invalid,
+	if spare == nil || cap(spare.excluded) < n {
+		spare = &snapshot{}
 	}
+	spare.readPointer = c.readPointer
+	spare.excluded = append(spare.excluded[:0], c.ordered[:n]...)
+	spare.invalid = c.invalid
+	c.snap = spare
+	c.orderedHint.Store(int64(len(c.ordered)))
 	c.dirty = false
 	return c.snap
 }

@@ -268,6 +268,9 @@ func (l *FileLog) writeLocked() {
 		}
 	}
 	l.seg.writeFrame(l.pending)
+	if !l.sync {
+		l.seg.prefaultAhead()
+	}
 	l.pending = l.pending[:0]
 	l.written = l.appended
 }

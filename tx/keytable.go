@@ -70,6 +70,40 @@ func (t *keyTable) swap(k, v uint64) uint64 {
 	}
 }
 
+// deleteIf removes k if it maps to v and reports whether it did. Entries
+// after it in its probe run shift back into the gap (no tombstone), so a table
+// with churn, like the holds, keeps short runs without periodic rebuilds.
+func (t *keyTable) deleteIf(k, v uint64) bool {
+	k = fix(k)
+	mask := uint64(len(t.slots) - 1)
+	i := k & mask
+	for {
+		s := &t.slots[i]
+		if s.k == 0 {
+			return false
+		}
+		if s.k == k {
+			if s.v != v {
+				return false
+			}
+			break
+		}
+		i = (i + 1) & mask
+	}
+	for j := (i + 1) & mask; t.slots[j].k != 0; j = (j + 1) & mask {
+		// The entry at j may move into the gap at i unless its home slot
+		// lies cyclically in (i, j]: then i is before where it may sit.
+		home := t.slots[j].k & mask
+		if (j-home)&mask >= (j-i)&mask {
+			t.slots[i] = t.slots[j]
+			i = j
+		}
+	}
+	t.slots[i] = kv{}
+	t.used--
+	return true
+}
+
 func (t *keyTable) grow() {
 	old := t.slots
 	t.slots = make([]kv, 2*len(old))

@@ -50,3 +50,44 @@ func TestKeyTableMatchesMap(t *testing.T) {
 		t.Fatal("clear left keys behind")
 	}
 }
+
+// deleteIf leaves no tombstones: after any mix of swaps and deletes, in a
+// small table where runs collide and wrap around the end, every key still
+// reads as the model says and used counts exactly the live keys.
+func TestKeyTableDeleteIfMatchesMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	tab := newKeyTable(8)
+	ref := map[uint64]uint64{}
+	var keys []uint64
+	for i := 0; i < 50000; i++ {
+		// Few distinct low bits: long probe runs, many wrapping past the end.
+		k := fix(rng.Uint64N(64)<<20 | rng.Uint64N(4) | uint64(len(tab.slots)-2))
+		switch {
+		case rng.IntN(2) == 0 && len(ref) < 40:
+			v := 1 + rng.Uint64N(3)
+			if old := tab.swap(k, v); old != ref[k] {
+				t.Fatalf("step %d: swap(%x) replaced %d, model had %d", i, k, old, ref[k])
+			}
+			ref[k] = v
+			keys = append(keys, k)
+		case len(keys) > 0:
+			k = keys[rng.IntN(len(keys))]
+			v := 1 + rng.Uint64N(3)
+			want := ref[k] == v && v != 0
+			if got := tab.deleteIf(k, v); got != want {
+				t.Fatalf("step %d: deleteIf(%x, %d) = %v, want %v", i, k, v, got, want)
+			}
+			if want {
+				delete(ref, k)
+			}
+		}
+		if tab.used != len(ref) {
+			t.Fatalf("step %d: used %d, model has %d live keys", i, tab.used, len(ref))
+		}
+	}
+	for _, k := range keys {
+		if got := tab.get(k); got != ref[k] {
+			t.Fatalf("get(%x) = %d, want %d", k, got, ref[k])
+		}
+	}
+}

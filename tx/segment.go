@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"os"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -15,7 +16,16 @@ type segment struct {
 	f   *os.File
 	mm  []byte
 	off int
+
+	// Prefaulting (see prefaultAhead): bytes from the start already asked
+	// for, and the requests still running, which close waits for.
+	faulted   int
+	prefaults sync.WaitGroup
 }
+
+// prefaultChunk is how far ahead of the writer pages get mapped: 1 MiB is
+// ~8 000 commits of a 10-key transaction, asked for in one system call.
+const prefaultChunk = 1 << 20
 
 func createSegment(path string, size int) (*segment, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_EXCL, 0o644)
@@ -50,6 +60,28 @@ func (s *segment) writeFrame(payload []byte) {
 
 func frameSize(payload int) int { return 8 + payload }
 
+// prefaultAhead keeps the pages the writer will touch next mapped before it
+// gets there. The first write to each page of the map otherwise takes a page
+// fault (page cache allocation and zeroing) inside the coordinator's critical
+// section; MADV_POPULATE_WRITE does that work on another goroutine (another
+// core, while committers queue for the lock) and changes no byte. For the
+// unsynced log only: pages populated writable count as dirty, and a synced
+// log would then write the zeros ahead of it to disk at every sync.
+func (s *segment) prefaultAhead() {
+	if s.off+prefaultChunk/2 <= s.faulted || s.faulted >= len(s.mm) {
+		return
+	}
+	from := s.faulted
+	s.faulted = min(max(from, s.off)+prefaultChunk, len(s.mm))
+	region := s.mm[from:s.faulted]
+	s.prefaults.Add(1)
+	go func() {
+		defer s.prefaults.Done()
+		// Best effort: an old kernel (EINVAL) just faults at the write.
+		_ = unix.Madvise(region, unix.MADV_POPULATE_WRITE)
+	}()
+}
+
 // sync makes bytes [from, to) durable. On Linux the page cache is shared
 // by the map and the file, so fdatasync writes the mapped dirty pages too,
 // and it is cheaper than msync here.
@@ -61,6 +93,7 @@ func (s *segment) sync(from, to int) error {
 }
 
 func (s *segment) close() error {
+	s.prefaults.Wait() // no madvise may outlive the map
 	err := syscall.Munmap(s.mm)
 	s.mm = nil
 	if cerr := s.f.Close(); err == nil {
