@@ -341,12 +341,6 @@ func (c *Coordinator) snapshotLocked(spare *snapshot) *snapshot {
 	return c.snap
 }
 
-// liveLocked returns the in-progress state of tx, invalidating it first if it
-// has expired.
-func (c *Coordinator) liveLocked(tx *Tx) (*txState, error) {
-	return c.liveAtLocked(tx, c.opts.Now().UnixNano())
-}
-
 // nowNanos is the coordinator's clock, reusing t when the clock is the real
 // one (a clock read is a visible share of a commit's cost).
 func (c *Coordinator) nowNanos(t time.Time) int64 {
@@ -356,6 +350,8 @@ func (c *Coordinator) nowNanos(t time.Time) int64 {
 	return c.opts.Now().UnixNano()
 }
 
+// liveAtLocked returns the in-progress state of tx, invalidating it first if
+// it had expired at now.
 func (c *Coordinator) liveAtLocked(tx *Tx, now int64) (*txState, error) {
 	if err := c.checkOpenLocked(); err != nil {
 		return nil, err
@@ -410,10 +406,11 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 	if err != nil {
 		return err
 	}
-	c.gate.RLock() // a snapshot must not fall between this change and its edit
+	now := c.opts.Now().UnixNano() // read outside mu: a clock read is not free here
+	c.gate.RLock()                 // a snapshot must not fall between this change and its edit
 	defer c.gate.RUnlock()
 	c.mu.Lock()
-	st, err := c.liveLocked(tx)
+	st, err := c.liveAtLocked(tx, now)
 	if err != nil {
 		c.mu.Unlock()
 		return err
@@ -582,9 +579,10 @@ func (c *Coordinator) removeOrderedLocked(p uint64) {
 // their writes. A long transaction is invalidated instead, because its
 // checkpoints may have persisted data that nobody tracks.
 func (c *Coordinator) Abort(tx *Tx) error {
+	now := c.opts.Now().UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st, err := c.liveLocked(tx)
+	st, err := c.liveAtLocked(tx, now)
 	if err != nil {
 		return err
 	}
@@ -635,9 +633,10 @@ func (c *Coordinator) expireLocked(st *txState) {
 // long batch can persist part of its work and keep going. The returned Tx
 // replaces tx; hand it to every participant (Context.Checkpoint does).
 func (c *Coordinator) Checkpoint(tx *Tx) (*Tx, error) {
+	now := c.opts.Now().UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st, err := c.liveLocked(tx)
+	st, err := c.liveAtLocked(tx, now)
 	if err != nil {
 		return nil, err
 	}
