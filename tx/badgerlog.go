@@ -130,6 +130,16 @@ func (l *BadgerLog) Recover() (*State, []Edit, error) {
 // Append writes a waited batch as one Badger transaction with its staged
 // writes; unwaited edits wait for the next waited batch.
 func (l *BadgerLog) Append(b *Batch) error {
+	ticket, err := l.AppendDeferred(b)
+	if err != nil || ticket == 0 {
+		return err
+	}
+	return l.Durable(ticket)
+}
+
+// AppendDeferred implements DeferredLog: Append without the sync. The ticket
+// is 0 when there is nothing to wait for (no sync, or nothing written).
+func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 	l.mu.Lock()
 	others := len(l.pending) // unwaited edits of other transactions
 	for i := range b.Edits {
@@ -137,7 +147,7 @@ func (l *BadgerLog) Append(b *Batch) error {
 	}
 	if !b.Wait || (len(l.pending) == 0 && len(b.Writes) == 0) {
 		l.mu.Unlock()
-		return nil
+		return 0, nil
 	}
 	value := l.pending
 	l.pending = nil
@@ -165,23 +175,29 @@ func (l *BadgerLog) Append(b *Batch) error {
 		l.mu.Lock()
 		l.pending = append(value[:others:others], l.pending...)
 		l.mu.Unlock()
-		return fmt.Errorf("%w: the staged writes do not fit in one atomic Badger write: %v", ErrTooLarge, err)
+		return 0, fmt.Errorf("%w: the staged writes do not fit in one atomic Badger write: %v", ErrTooLarge, err)
 	}
 	if err != nil || !l.sync {
-		return err
+		return 0, err
 	}
-	return l.groupSync()
+	l.smu.Lock()
+	l.done++
+	ticket := l.done
+	l.smu.Unlock()
+	return ticket, nil
 }
 
-// groupSync returns once a sync that started after this caller's commit has
-// finished. The first waiter runs it for everyone committed so far; the rest
-// wait for it (or for the next one) instead of syncing themselves.
-func (l *BadgerLog) groupSync() error {
+// Durable implements DeferredLog with group commit: it returns once a sync
+// that started after the ticket's write has finished. The first waiter runs
+// it for everyone written so far; the rest wait for it (or for the next one)
+// instead of syncing themselves.
+func (l *BadgerLog) Durable(ticket uint64) error {
+	if ticket == 0 {
+		return nil
+	}
 	l.smu.Lock()
 	defer l.smu.Unlock()
-	l.done++
-	mine := l.done
-	for l.synced < mine && l.syncErr == nil {
+	for l.synced < ticket && l.syncErr == nil {
 		if l.syncing {
 			l.scond.Wait()
 			continue

@@ -449,6 +449,24 @@ func (c *Coordinator) appendDurable(e Edit, writes []Write) error {
 	return nil
 }
 
+// appendDeferred writes e (and writes) without waiting for the sync.
+func (c *Coordinator) appendDeferred(dl DeferredLog, e Edit, writes []Write) (Pending, error) {
+	ticket, err := dl.AppendDeferred(&Batch{Edits: []Edit{e}, Writes: writes, Wait: true})
+	if errors.Is(err, ErrTooLarge) {
+		return Pending{}, err // refused whole: nothing was written
+	}
+	if err != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return Pending{}, c.failLocked(err)
+	}
+	c.noteLogged(false)
+	if ticket == 0 {
+		return Pending{}, nil
+	}
+	return Pending{c: c, ticket: ticket}, nil
+}
+
 func (c *Coordinator) reserveKeysLocked(st *txState, keys []uint64) error {
 	if st.recovered {
 		for _, k := range keys {
@@ -472,7 +490,8 @@ func (c *Coordinator) reserveKeysLocked(st *txState, keys []uint64) error {
 // Commit makes tx's writes visible to every transaction that starts after it
 // returns. Participants must have persisted (after CanCommit) before.
 func (c *Coordinator) Commit(tx *Tx) error {
-	return c.commit(tx, nil, nil, false)
+	_, err := c.commit(tx, nil, nil, false, false)
+	return err
 }
 
 // CommitWith commits in one step: conflict check of changes, then writes and
@@ -481,28 +500,66 @@ func (c *Coordinator) Commit(tx *Tx) error {
 // Context.Finish takes for Stagers; writes need an AtomicLog. Use it without
 // writes only when no participant persisted anything for tx beforehand.
 func (c *Coordinator) CommitWith(tx *Tx, changes [][]byte, writes []Write) error {
-	if _, atomic := c.log.(AtomicLog); len(writes) > 0 && !atomic {
-		return errors.New("tx: CommitWith: staged writes need an AtomicLog (BadgerLog); this coordinator's log cannot store them")
-	}
-	keys, err := c.hashKeys(changes)
+	p, err := c.CommitWithDeferred(tx, changes, writes)
 	if err != nil {
 		return err
 	}
-	return c.commit(tx, keys, writes, true)
+	return p.Wait()
 }
 
-func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged bool) error {
+// CommitWithDeferred is CommitWith for a caller that pipelines: it returns
+// once the commit record (and writes) are written and the commit is visible
+// to transactions that start after it, before the log's sync; Pending.Wait
+// returns once the commit is durable. Wait before telling anything outside
+// the coordinator's log that tx committed (an HTTP client, a file, a
+// metric): until then a power loss may undo it, together with every later
+// commit, since the log is ordered. A killed process loses nothing written.
+// With a log that is not a DeferredLog it is CommitWith.
+func (c *Coordinator) CommitWithDeferred(tx *Tx, changes [][]byte, writes []Write) (Pending, error) {
+	if _, atomic := c.log.(AtomicLog); len(writes) > 0 && !atomic {
+		return Pending{}, errors.New("tx: CommitWith: staged writes need an AtomicLog (BadgerLog); this coordinator's log cannot store them")
+	}
+	keys, err := c.hashKeys(changes)
+	if err != nil {
+		return Pending{}, err
+	}
+	return c.commit(tx, keys, writes, true, true)
+}
+
+// Pending is a commit that is visible but may not be durable yet (see
+// CommitWithDeferred). The zero Pending is durable.
+type Pending struct {
+	c      *Coordinator
+	ticket uint64
+}
+
+// Wait returns once the commit is durable. An error means its fate is
+// unknown; the coordinator has stopped (ErrLogFailed), as after a failed
+// durable append.
+func (p Pending) Wait() error {
+	if p.c == nil {
+		return nil
+	}
+	if err := p.c.log.(DeferredLog).Durable(p.ticket); err != nil {
+		p.c.mu.Lock()
+		defer p.c.mu.Unlock()
+		return p.c.failLocked(err)
+	}
+	return nil
+}
+
+func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, deferred bool) (Pending, error) {
 	began := time.Now()
 	c.mu.Lock()
 	st, err := c.liveAtLocked(tx, c.nowNanos(began))
 	if err != nil {
 		c.mu.Unlock()
-		return err
+		return Pending{}, err
 	}
 	if staged {
 		if err := c.reserveKeysLocked(st, keys); err != nil {
 			c.mu.Unlock()
-			return err
+			return Pending{}, err
 		}
 	}
 	if c.inline {
@@ -519,15 +576,20 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged bool)
 		if err == nil {
 			c.latency.observe(time.Since(began))
 		}
-		return err
+		return Pending{}, err
 	}
 	st.finalizing = true
 	c.mu.Unlock()
 
 	c.gate.RLock()
-	// On error the outcome is unknown and appendDurable has stopped the
+	// On error the outcome is unknown and the append has stopped the
 	// coordinator rather than guess.
-	err = c.appendDurable(c.committedEdit(st), writes)
+	var pending Pending
+	if dl, ok := c.log.(DeferredLog); ok && deferred {
+		pending, err = c.appendDeferred(dl, c.committedEdit(st), writes)
+	} else {
+		err = c.appendDurable(c.committedEdit(st), writes)
+	}
 	c.mu.Lock()
 	if err == nil {
 		c.conflicts.commit(st.id, st.keys)
@@ -542,7 +604,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged bool)
 	if err == nil {
 		c.latency.observe(time.Since(began))
 	}
-	return err
+	return pending, err
 }
 
 // finishLocked removes st from the in-progress set and advances the read pointer.

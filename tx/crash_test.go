@@ -39,12 +39,13 @@ func openCrashStore(dir, mode string) (*crashStore, error) {
 	}
 	// The fast mode syncs through BadgerLog's group sync; the file mode
 	// relies on Badger's SyncWrites for the data its participants persist.
-	db, err := badger.Open(badgerTestOptions(filepath.Join(dir, "data"), mode != "fast"))
+	fast := mode != "file" // "fast" or "deferred" (FinishDeferred, acks after Wait)
+	db, err := badger.Open(badgerTestOptions(filepath.Join(dir, "data"), !fast))
 	if err != nil {
 		return nil, err
 	}
 	var log Log
-	if mode == "fast" {
+	if fast {
 		log, err = NewBadgerLog(db, BadgerLogOptions{Sync: true})
 	} else {
 		log, err = OpenFileLog(filepath.Join(dir, "txlog"), FileLogOptions{Sync: true})
@@ -59,7 +60,7 @@ func openCrashStore(dir, mode string) (*crashStore, error) {
 		return nil, err
 	}
 	s := &crashStore{db: db, c: c}
-	if mode == "fast" {
+	if fast {
 		s.table = func() participantTable { return stagedTable{newTable(db, "t/")} }
 	} else {
 		s.table = func() participantTable { return newTable(db, "t/") }
@@ -164,6 +165,18 @@ func crashChild(dir, mode string) {
 			rng := rand.New(rand.NewPCG(seed, uint64(os.Getpid())))
 			tb := s.table()
 			ctx := s.c.NewContext(tb)
+			// Deferred: up to 3 commits visible but not yet durable per
+			// worker; each is acknowledged only after its Wait.
+			type inflight struct {
+				p  Pending
+				id uint64
+			}
+			var window []inflight
+			ack := func(id uint64) {
+				mu.Lock()
+				acks.WriteString(strconv.FormatUint(id, 10) + "\n")
+				mu.Unlock()
+			}
 			for {
 				tx, err := ctx.Start(3 * time.Second)
 				if err != nil {
@@ -187,16 +200,32 @@ func crashChild(dir, mode string) {
 				tb.Put(opsKey(b), nb+1)
 				tb.Put("transfers", nt+1)
 				tb.Put("m"+strconv.FormatUint(tx.ID, 10), 1)
-				if err := ctx.Finish(); err != nil {
+				var p Pending
+				if mode == "deferred" {
+					p, err = ctx.FinishDeferred()
+				} else {
+					err = ctx.Finish()
+				}
+				if err != nil {
 					if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotInProgress) {
 						continue // rolled back: a conflict, or too slow and timed out
 					}
 					fmt.Printf("FINISH FAILED: %v\n", err)
 					os.Exit(3)
 				}
-				mu.Lock()
-				acks.WriteString(strconv.FormatUint(tx.ID, 10) + "\n")
-				mu.Unlock()
+				if mode != "deferred" {
+					ack(tx.ID)
+					continue
+				}
+				window = append(window, inflight{p, tx.ID})
+				for len(window) > 3 || (len(window) > 0 && rng.IntN(4) == 0) {
+					if err := window[0].p.Wait(); err != nil {
+						fmt.Printf("WAIT FAILED: %v\n", err)
+						os.Exit(3)
+					}
+					ack(window[0].id)
+					window = window[1:]
+				}
 			}
 		}(uint64(w))
 	}
@@ -214,7 +243,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestCrashKill9(t *testing.T) {
-	for _, mode := range []string{"fast", "file"} {
+	for _, mode := range []string{"fast", "deferred", "file"} {
 		t.Run(mode, func(t *testing.T) { runCrashRounds(t, mode, 20) })
 	}
 }

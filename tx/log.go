@@ -106,6 +106,23 @@ type Log interface {
 	Close() error
 }
 
+// DeferredLog is a Log that can write a waited batch without waiting for it to
+// become durable, and report durability separately. The coordinator uses it
+// for CommitWithDeferred: a commit becomes visible to later transactions once
+// its record is written (it survives a killed process then), while the caller
+// waits for the sync before telling anyone outside. That is safe because the
+// log is ordered: a transaction that saw the commit writes its own record
+// after it, and a sync that covers a record covers every record before it.
+type DeferredLog interface {
+	Log
+	// AppendDeferred writes b as Append does with b.Wait, but returns once
+	// the batch is written, with a ticket for Durable. An error means the
+	// outcome is unknown, as for Append.
+	AppendDeferred(b *Batch) (ticket uint64, err error)
+	// Durable returns once the batch of ticket is durable.
+	Durable(ticket uint64) error
+}
+
 // AtomicLog is a Log that can write participant data in the same atomic write
 // as the commit record: the single-store fast path. Store identifies the
 // underlying store (a *badger.DB); a participant whose Store is the same may

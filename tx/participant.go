@@ -22,7 +22,10 @@ type Participant interface {
 	// Persist makes its buffered writes durable, tagged with the write pointer.
 	// It is called only after CanCommit succeeded.
 	Persist() error
-	// PostCommit runs after the commit is durable; it cannot change the outcome.
+	// PostCommit runs after the commit is visible to later transactions
+	// (with Context.Finish, once it is durable; with FinishDeferred, perhaps
+	// before). It cannot change the outcome; with FinishDeferred it must not
+	// tell anything outside the coordinator's log about the commit.
 	PostCommit()
 	// Rollback undoes everything persisted and drops what is buffered. An error
 	// means data may remain: the transaction is then invalidated.
@@ -117,31 +120,47 @@ func (x *Context) Checkpoint() error {
 // transaction aborted (or invalidated when a rollback failed); the returned
 // error wraps the cause (ErrConflict, ErrNotInProgress, ...).
 func (x *Context) Finish() error {
+	_, err := x.finish(false)
+	return err
+}
+
+// FinishDeferred is Finish for a driver that pipelines its transactions. On
+// the single-store fast path with a DeferredLog it returns once the commit
+// is written and visible to later transactions, with PostCommit done, before
+// the log's sync: the driver may start its next transaction at once and
+// calls Pending.Wait before it tells anyone outside that this one committed
+// (see Coordinator.CommitWithDeferred). Otherwise it is Finish.
+func (x *Context) FinishDeferred() (Pending, error) {
+	return x.finish(true)
+}
+
+func (x *Context) finish(deferred bool) (Pending, error) {
 	tx := x.tx
 	if tx == nil {
-		return notInProgress(0, "has not started")
+		return Pending{}, notInProgress(0, "has not started")
 	}
 	x.keys = x.keys[:0]
 	for _, p := range x.parts {
 		x.keys = append(x.keys, p.ChangeKeys()...)
 	}
 	var err error
+	var pending Pending
 	if x.fastPath() {
 		x.writes = x.writes[:0]
 		for _, p := range x.parts {
 			if x.writes, err = p.(Stager).Stage(x.writes); err != nil {
-				return x.Abort(fmt.Errorf("tx: stage: %w", err))
+				return Pending{}, x.Abort(fmt.Errorf("tx: stage: %w", err))
 			}
 		}
-		err = x.c.CommitWith(tx, x.keys, x.writes)
+		pending, err = x.c.CommitWithDeferred(tx, x.keys, x.writes)
 		clear(x.writes) // drop references to the payloads
 	} else {
 		if err = x.c.CanCommit(tx, x.keys); err != nil {
-			return x.Abort(err)
+			return Pending{}, x.Abort(err)
 		}
 		for _, p := range x.parts {
 			if err = p.Persist(); err != nil {
-				return x.Abort(fmt.Errorf("tx: persist: %w", err))
+				return Pending{}, x.Abort(fmt.Errorf("tx: persist: %w", err))
 			}
 		}
 		err = x.c.Commit(tx)
@@ -150,15 +169,23 @@ func (x *Context) Finish() error {
 		if errors.Is(err, ErrLogFailed) {
 			// The commit may or may not be durable: nothing is safe to undo.
 			x.tx = nil
-			return err
+			return Pending{}, err
 		}
-		return x.Abort(err)
+		return Pending{}, x.Abort(err)
 	}
 	x.tx = nil
+	if !deferred {
+		if err := pending.Wait(); err != nil {
+			return Pending{}, err // ErrLogFailed: fate unknown, nothing to undo
+		}
+		pending = Pending{}
+	}
+	// The commit is visible (with Finish, durable too): participants may
+	// publish in memory what it changed.
 	for _, p := range x.parts {
 		p.PostCommit()
 	}
-	return nil
+	return pending, nil
 }
 
 // fastPath reports whether every participant can stage into the log's store.
