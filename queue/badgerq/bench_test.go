@@ -39,7 +39,12 @@ import (
 // maxRSS_MiB is the process's peak RSS so far (VmHWM, cumulative across
 // sub-benchmarks). Durable rows run with 1 and 4 producers: one sequential
 // producer waits for one fsync per transaction, so it is bound by the disk's
-// sync latency; several share each sync.
+// sync latency; several share each sync. Durable rows with inflight=8
+// pipeline instead: every producer and consumer commits with
+// Context.FinishDeferred and keeps up to 8 commits visible but not yet
+// durable, waiting for the oldest (Pending.Wait) before an ninth; a producer
+// counts its events only once their commit is durable. The latency is then to
+// the consumer's commit becoming visible.
 //
 //	go test ./queue/badgerq -run '^$' -bench SingleHop -benchtime 20000x
 //
@@ -56,9 +61,15 @@ func BenchmarkSingleHop(b *testing.B) {
 			for _, batch := range []int{1, 100, 500} {
 				for _, inst := range []int{1, 2} {
 					for _, np := range producers {
-						h := hop{durable: durable, size: size, batch: batch, instances: inst, producers: np}
-						name := fmt.Sprintf("durable=%v/size=%d/batch=%d/instances=%d/producers=%d", durable, size, batch, inst, np)
-						b.Run(name, func(b *testing.B) { benchHop(b, h) })
+						inflight := []int{1}
+						if durable && np == 1 {
+							inflight = []int{1, 8}
+						}
+						for _, depth := range inflight {
+							h := hop{durable: durable, size: size, batch: batch, instances: inst, producers: np, inflight: depth}
+							name := fmt.Sprintf("durable=%v/size=%d/batch=%d/instances=%d/producers=%d/inflight=%d", durable, size, batch, inst, np, depth)
+							b.Run(name, func(b *testing.B) { benchHop(b, h) })
+						}
 					}
 				}
 			}
@@ -73,6 +84,28 @@ const halfRateWindow = 4 * time.Second
 type hop struct {
 	durable                           bool
 	size, batch, instances, producers int
+	inflight                          int // commits per goroutine visible but not yet durable
+}
+
+// inflightWindow holds a goroutine's deferred commits, oldest first.
+type inflightWindow []deferred
+
+type deferred struct {
+	p tx.Pending
+	n int // events
+}
+
+// drain waits for the oldest commits until at most keep are left, calling
+// durable with each one's events.
+func (w *inflightWindow) drain(keep int, durable func(n int)) error {
+	for len(*w) > keep {
+		if err := (*w)[0].p.Wait(); err != nil {
+			return err
+		}
+		durable((*w)[0].n)
+		*w = (*w)[1:]
+	}
+	return nil
 }
 
 type hopResult struct {
@@ -146,17 +179,28 @@ func runHop(b *testing.B, h hop, total int, rate float64, window time.Duration) 
 			defer cw.Done()
 			ctx := coord.NewContext(c)
 			var mine []time.Duration
+			var pending inflightWindow
+			defer func() {
+				if err := pending.drain(0, func(int) {}); err != nil {
+					b.Error(err)
+				}
+			}()
 			for {
 				if n := produced.Load(); n >= 0 && consumed.Load() >= n {
 					break
 				}
-				got, err := dequeueTx(ctx, c, max(h.batch, 100), finished)
+				got, p, err := dequeueTx(ctx, c, max(h.batch, 100), finished, h.inflight > 1)
 				if err != nil {
 					b.Error(err)
 					return
 				}
 				if len(got) == 0 {
 					continue // nothing was ready; woken since
+				}
+				pending = append(pending, deferred{p: p})
+				if err := pending.drain(h.inflight-1, func(int) {}); err != nil {
+					b.Error(err)
+					return
 				}
 				now := time.Now().UnixNano()
 				for k := 0; k < len(got); k += 16 {
@@ -179,6 +223,13 @@ func runHop(b *testing.B, h hop, total int, rate float64, window time.Duration) 
 			defer pw.Done()
 			payload := make([]byte, h.size)
 			ctx := coord.NewContext(p)
+			var pending inflightWindow
+			count := func(n int) { sent.Add(int64(n)) }
+			defer func() {
+				if err := pending.drain(0, count); err != nil {
+					b.Error(err)
+				}
+			}()
 			per := (total + h.producers - 1) / h.producers
 			mine := min(per, total-pi*per)
 			for k, i := 0, 0; i < mine; k, i = k+1, i+h.batch {
@@ -194,11 +245,16 @@ func runHop(b *testing.B, h hop, total int, rate float64, window time.Duration) 
 					}
 				}
 				n := min(h.batch, mine-i)
-				if err := enqueueTx(ctx, p, payload, n, true); err != nil {
+				pend, err := enqueueTx(ctx, p, payload, n, true, h.inflight > 1)
+				if err != nil {
 					b.Error(err)
 					return
 				}
-				sent.Add(int64(n))
+				pending = append(pending, deferred{p: pend, n: n})
+				if err := pending.drain(h.inflight-1, count); err != nil {
+					b.Error(err)
+					return
+				}
 			}
 		}()
 	}
@@ -301,42 +357,51 @@ func openBenchQueue(b *testing.B, opts badger.Options, logSync, sync bool, insta
 
 // enqueueTx enqueues n copies of payload in one transaction. stamp writes
 // the time into the payload's first 8 bytes once the transaction started.
-func enqueueTx(ctx *tx.Context, p queue.Producer, payload []byte, n int, stamp bool) error {
+// deferred commits with FinishDeferred (else Finish: durable on return).
+func enqueueTx(ctx *tx.Context, p queue.Producer, payload []byte, n int, stamp, deferred bool) (tx.Pending, error) {
 	if _, err := ctx.Start(10 * time.Second); err != nil {
-		return err
+		return tx.Pending{}, err
 	}
 	if stamp {
 		binary.LittleEndian.PutUint64(payload, uint64(time.Now().UnixNano()))
 	}
 	for range n {
 		if err := p.Enqueue(context.Background(), queue.Event{Payload: payload}); err != nil {
-			return ctx.Abort(err)
+			return tx.Pending{}, ctx.Abort(err)
 		}
 	}
-	return ctx.Finish()
+	return finish(ctx, deferred)
+}
+
+func finish(ctx *tx.Context, deferred bool) (tx.Pending, error) {
+	if deferred {
+		return ctx.FinishDeferred()
+	}
+	return tx.Pending{}, ctx.Finish()
 }
 
 // dequeueTx dequeues up to n events in one transaction and commits. Finding
 // none, it aborts (which costs no log sync) and waits until a producer
 // commits (c's queue.Notifier) or done is closed, and returns no events.
-func dequeueTx(ctx *tx.Context, c queue.Consumer, n int, done <-chan struct{}) ([]queue.Entry, error) {
+func dequeueTx(ctx *tx.Context, c queue.Consumer, n int, done <-chan struct{}, deferred bool) ([]queue.Entry, tx.Pending, error) {
 	// Taken before the dequeue: a commit in between closes it.
 	ready := c.(queue.Notifier).Ready()
 	if _, err := ctx.Start(10 * time.Second); err != nil {
-		return nil, err
+		return nil, tx.Pending{}, err
 	}
 	got, err := c.Dequeue(n)
 	if err != nil || len(got) == 0 {
 		if err := ctx.Abort(err); err != nil {
-			return nil, err
+			return nil, tx.Pending{}, err
 		}
 		select {
 		case <-ready: // a producer committed
 		case <-done:
 		}
-		return nil, nil
+		return nil, tx.Pending{}, nil
 	}
-	return got, ctx.Finish()
+	p, err := finish(ctx, deferred)
+	return got, p, err
 }
 
 // sampleEvery calls sample at once and then every d until stop, which waits
@@ -420,7 +485,7 @@ func benchBacklog(b *testing.B, size int) {
 	ctx := coord.NewContext(p)
 	payload := make([]byte, size)
 	for written.Load() < backlogBytes && time.Since(began) < backlogTime {
-		if err := enqueueTx(ctx, p, payload, backlogBatch, false); err != nil {
+		if _, err := enqueueTx(ctx, p, payload, backlogBatch, false, false); err != nil {
 			b.Fatal(err)
 		}
 		written.Add(int64(backlogBatch * size))
@@ -526,7 +591,7 @@ func benchSteady(b *testing.B, size, batch int, steadyBytes int64) {
 		defer close(done)
 		ctx := coord.NewContext(c)
 		for consumed.Load() < steadyBytes {
-			got, err := dequeueTx(ctx, c, 4096, nil)
+			got, _, err := dequeueTx(ctx, c, 4096, nil, false)
 			if err != nil {
 				b.Error(err)
 				return
@@ -544,7 +609,7 @@ func benchSteady(b *testing.B, size, batch int, steadyBytes int64) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		if err := enqueueTx(ctx, p, payload, batch, false); err != nil {
+		if _, err := enqueueTx(ctx, p, payload, batch, false, false); err != nil {
 			b.Fatal(err)
 		}
 		written.Add(int64(batch * size))
