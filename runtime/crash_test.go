@@ -97,7 +97,13 @@ func TestCrashExactlyOnce(t *testing.T) {
 		if attempt > 200 {
 			t.Fatalf("only %d kills landed", kills)
 		}
-		cmd := cliCmd(t, dir, "run", "app.yaml", "--drain", "--no-sync", "--log-level", "warn")
+		// Runs alternate between the durable store (syncs; steps commit
+		// deferred, see runtime/deferred.go) and --no-sync.
+		args := []string{"run", "app.yaml", "--drain", "--log-level", "warn"}
+		if attempt%2 == 1 {
+			args = append(args, "--no-sync")
+		}
+		cmd := cliCmd(t, dir, args...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {

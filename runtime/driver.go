@@ -140,6 +140,8 @@ type instance struct {
 	// limit: the batch size while reduced after a too-large step (0: the
 	// flowlet's batch_size); limitOK: commits since it was last reduced.
 	limit, limitOK int
+
+	deferred deferred // commits visible but maybe not yet durable (deferred.go)
 }
 
 func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
@@ -288,8 +290,15 @@ func fatalErr(err error) bool {
 }
 
 // run drives the instance until ctx is done (or the source ended).
-func (in *instance) run(ctx context.Context) error {
+func (in *instance) run(ctx context.Context) (err error) {
 	defer in.a.unsettled.Add(-1) // if it never settled
+	defer func() {
+		// Whatever ended the instance, its commits are durable before it
+		// counts as stopped.
+		if serr := in.settle(); err == nil {
+			err = serr
+		}
+	}()
 	if in.pub != nil {
 		if err := in.publish(ctx); err != nil {
 			return err
@@ -327,6 +336,9 @@ func (in *instance) runConsumer(ctx context.Context) error {
 		if n > 0 {
 			continue
 		}
+		if err := in.settle(); err != nil { // nothing to do: sync now
+			return err
+		}
 		switch w, done := in.idle(ctx, tickC); w {
 		case wakeTick:
 			if err := in.tick(ctx); err != nil {
@@ -359,6 +371,9 @@ func (in *instance) runSource(ctx context.Context) error {
 			return nil
 		}
 		res, err := in.sourceStep(ctx)
+		if err == nil && res != srcMore {
+			err = in.settle() // idle or done: sync now
+		}
 		switch {
 		case err != nil && fatalErr(err):
 			return err
@@ -489,7 +504,7 @@ func (in *instance) finish(sc *stepCtx) (retry bool, err error) {
 		}
 	}
 	if err == nil {
-		err = in.txc.Finish()
+		err = in.commit()
 	}
 	if err != nil {
 		in.resetRoutes()
@@ -523,7 +538,7 @@ func (in *instance) finish(sc *stepCtx) (retry bool, err error) {
 	if in.obs != nil {
 		in.obs.Committed()
 	}
-	return false, nil
+	return false, in.bound()
 }
 
 func (in *instance) resetRoutes() {

@@ -132,22 +132,24 @@ type Coordinator struct {
 	gate   sync.RWMutex
 	snapMu sync.Mutex // one snapshot at a time
 
-	mu           sync.Mutex
-	closed       bool
-	failed       error
-	nextPointer  uint64
-	reserved     uint64 // pointers below it are durably reserved
-	readPointer  uint64
-	inProgress   map[uint64]*txState
-	ordered      []uint64     // sorted in-progress pointers, checkpoints included
-	orderedHint  atomic.Int64 // len(ordered) at the last snapshot: sizes the next one outside mu
-	invalid      *invalidList
-	snap         *snapshot
-	dirty        bool // snap is stale
-	conflicts    conflictIndex
-	pruners      []*Pruner
-	sinceSnap    atomic.Int64 // logged batches since the last snapshot
-	snapshotting atomic.Bool
+	mu          sync.Mutex
+	closed      bool
+	failed      error
+	nextPointer uint64
+	reserved    uint64 // pointers below it are durably reserved
+	readPointer uint64
+	inProgress  map[uint64]*txState
+	ordered     []uint64     // sorted in-progress pointers, checkpoints included
+	orderedHint atomic.Int64 // len(ordered) at the last snapshot: sizes the next one outside mu
+	// deferredCommits counts commits returned before they were durable.
+	deferredCommits atomic.Uint64
+	invalid         *invalidList
+	snap            *snapshot
+	dirty           bool // snap is stale
+	conflicts       conflictIndex
+	pruners         []*Pruner
+	sinceSnap       atomic.Int64 // logged batches since the last snapshot
+	snapshotting    atomic.Bool
 	// inline: the log's waited append is a memory copy (or there is no
 	// log), so commits append while holding mu instead of releasing it.
 	inline bool
@@ -500,7 +502,7 @@ func (c *Coordinator) Commit(tx *Tx) error {
 // Context.Finish takes for Stagers; writes need an AtomicLog. Use it without
 // writes only when no participant persisted anything for tx beforehand.
 func (c *Coordinator) CommitWith(tx *Tx, changes [][]byte, writes []Write) error {
-	p, err := c.CommitWithDeferred(tx, changes, writes)
+	p, err := c.commitWith(tx, changes, writes)
 	if err != nil {
 		return err
 	}
@@ -516,6 +518,15 @@ func (c *Coordinator) CommitWith(tx *Tx, changes [][]byte, writes []Write) error
 // commit, since the log is ordered. A killed process loses nothing written.
 // With a log that is not a DeferredLog it is CommitWith.
 func (c *Coordinator) CommitWithDeferred(tx *Tx, changes [][]byte, writes []Write) (Pending, error) {
+	p, err := c.commitWith(tx, changes, writes)
+	if p.c != nil {
+		c.deferredCommits.Add(1)
+	}
+	return p, err
+}
+
+// commitWith is CommitWithDeferred without the count: CommitWith waits at once.
+func (c *Coordinator) commitWith(tx *Tx, changes [][]byte, writes []Write) (Pending, error) {
 	if _, atomic := c.log.(AtomicLog); len(writes) > 0 && !atomic {
 		return Pending{}, errors.New("tx: CommitWith: staged writes need an AtomicLog (BadgerLog); this coordinator's log cannot store them")
 	}

@@ -59,6 +59,9 @@ func TestFinishDeferredVisibleBeforeDurable(t *testing.T) {
 	if p.c == nil {
 		t.Fatal("deferred commit with a syncing BadgerLog came back already durable")
 	}
+	if got := c.Stats().Deferred; got != 1 {
+		t.Fatalf("Stats.Deferred = %d after one deferred commit (and one Finish), want 1", got)
+	}
 	select {
 	case <-entered:
 		t.Fatal("FinishDeferred synced")

@@ -152,7 +152,11 @@ func (x *Context) finish(deferred bool) (Pending, error) {
 				return Pending{}, x.Abort(fmt.Errorf("tx: stage: %w", err))
 			}
 		}
-		pending, err = x.c.CommitWithDeferred(tx, x.keys, x.writes)
+		if deferred {
+			pending, err = x.c.CommitWithDeferred(tx, x.keys, x.writes)
+		} else {
+			pending, err = x.c.commitWith(tx, x.keys, x.writes)
+		}
 		clear(x.writes) // drop references to the payloads
 	} else {
 		if err = x.c.CanCommit(tx, x.keys); err != nil {

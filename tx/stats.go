@@ -9,6 +9,9 @@ import (
 // Stats is a point-in-time view of the coordinator, for metrics.
 type Stats struct {
 	Started, Committed, Aborted, Conflicts, Invalidated, TimedOut uint64
+	// Deferred counts commits made visible before their log sync
+	// (CommitWithDeferred, Context.FinishDeferred), of Committed.
+	Deferred uint64
 	// Prunes counts invalid-list prunes.
 	Prunes uint64
 	// InProgress and Invalid are the current sizes of those sets.
@@ -18,7 +21,8 @@ type Stats struct {
 	ConflictKeys int
 	ReadPointer  uint64
 	NextPointer  uint64
-	// CommitLatency is the distribution of Commit durations, log sync included.
+	// CommitLatency is the distribution of Commit durations, log sync
+	// included (for deferred commits: until visible, without the sync).
 	CommitLatency Histogram
 }
 
@@ -90,6 +94,7 @@ func (c *Coordinator) Stats() Stats {
 	s := Stats{
 		Started:      c.stats.started,
 		Committed:    c.stats.committed,
+		Deferred:     c.deferredCommits.Load(),
 		Aborted:      c.stats.aborted,
 		Conflicts:    c.stats.conflicts,
 		Invalidated:  c.stats.invalidated,

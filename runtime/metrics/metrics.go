@@ -20,14 +20,14 @@ type Collector struct {
 	a      *runtime.App
 	status func() runtime.Status
 
-	processed, emitted, failed, dead, conflicts *prometheus.Desc
-	tooLarge                                    *prometheus.Desc
-	instances, paused, backlog, dlq, rate       *prometheus.Desc
-	stepDur                                     *prometheus.Desc
-	txStarted, txCommits, txConflicts, txAborts *prometheus.Desc
-	txInvalidated, txInProgress, txCommitDur    *prometheus.Desc
-	queuePending, queueEvents, queueBytes       *prometheus.Desc
-	ready, uptime                               *prometheus.Desc
+	processed, emitted, failed, dead, conflicts             *prometheus.Desc
+	tooLarge                                                *prometheus.Desc
+	instances, paused, backlog, dlq, rate                   *prometheus.Desc
+	stepDur                                                 *prometheus.Desc
+	txStarted, txCommits, txDeferred, txConflicts, txAborts *prometheus.Desc
+	txInvalidated, txInProgress, txCommitDur                *prometheus.Desc
+	queuePending, queueEvents, queueBytes                   *prometheus.Desc
+	ready, uptime                                           *prometheus.Desc
 }
 
 // New returns a collector for a. status gives the app's status (a cached
@@ -58,11 +58,12 @@ func New(a *runtime.App, status func() runtime.Status) *Collector {
 
 		txStarted:     d("flowrun_tx_started_total", "Transactions started."),
 		txCommits:     d("flowrun_tx_commits_total", "Transactions committed."),
+		txDeferred:    d("flowrun_tx_commits_deferred_total", "Commits made visible to later steps before their log sync (durable with a later sync; waited for before anything outside the store hears of them)."),
 		txConflicts:   d("flowrun_tx_conflicts_total", "Commits refused for a write conflict."),
 		txAborts:      d("flowrun_tx_aborts_total", "Transactions aborted (empty steps, failures, conflicts)."),
 		txInvalidated: d("flowrun_tx_invalidated_total", "Transactions invalidated (timed out or failed to roll back)."),
 		txInProgress:  d("flowrun_tx_in_progress", "Transactions in progress."),
-		txCommitDur:   d("flowrun_tx_commit_duration_seconds", "Commit latency, log sync included."),
+		txCommitDur:   d("flowrun_tx_commit_duration_seconds", "Commit latency: log sync included, except for deferred commits (until visible)."),
 
 		queuePending: d("flowrun_queue_pending", "Stored events a consumer group has not consumed yet.", "queue", "group"),
 		queueEvents:  d("flowrun_queue_events", "Committed entries stored in the queue (not yet evicted).", "queue"),
@@ -75,7 +76,7 @@ func New(a *runtime.App, status func() runtime.Status) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.processed, c.emitted, c.failed, c.dead, c.conflicts, c.tooLarge, c.instances, c.paused,
-		c.backlog, c.dlq, c.rate, c.stepDur, c.txStarted, c.txCommits, c.txConflicts, c.txAborts, c.txInvalidated,
+		c.backlog, c.dlq, c.rate, c.stepDur, c.txStarted, c.txCommits, c.txDeferred, c.txConflicts, c.txAborts, c.txInvalidated,
 		c.txInProgress, c.txCommitDur, c.queuePending, c.queueEvents, c.queueBytes, c.ready, c.uptime} {
 		ch <- d
 	}
@@ -108,6 +109,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ts := c.a.TxStats()
 	counter(c.txStarted, ts.Started)
 	counter(c.txCommits, ts.Committed)
+	counter(c.txDeferred, ts.Deferred)
 	counter(c.txConflicts, ts.Conflicts)
 	counter(c.txAborts, ts.Aborted)
 	counter(c.txInvalidated, ts.Invalidated)

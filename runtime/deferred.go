@@ -1,0 +1,78 @@
+package runtime
+
+import (
+	"fmt"
+
+	"github.com/flowrun/flowrun/tx"
+)
+
+// Deferred durability. On the single-store fast path a step's commit is
+// written and visible to every later step before the store's sync
+// (tx.Context.FinishDeferred); the instance goes on to its next step while
+// the sync runs, and later commits share it. Up to maxDeferred of an
+// instance's commits may be visible but not yet durable; the instance waits
+// for them (tx.Pending.Wait) before it tells anything outside the store that
+// a step committed, and before it idles, returns, or runs a step that does.
+//
+// A killed process loses nothing written. A power loss may lose the last
+// commits of the log, never a commit without the ones before it (the log is
+// ordered), and never one whose effect left the store: the HTTP source
+// answers, sinks publish and write, only after their commit is durable
+// (instances with a StepObserver or a Publisher commit with Finish).
+const maxDeferred = 8
+
+// deferred is an instance's commits that may not be durable yet, oldest first.
+type deferred struct {
+	pending []tx.Pending
+}
+
+// canDefer reports whether the instance's steps may commit deferred: no
+// effect outside the store follows its commits. (Off the fast path
+// FinishDeferred is Finish.)
+func (in *instance) canDefer() bool {
+	return in.obs == nil && in.pub == nil
+}
+
+// commit commits the step's transaction: deferred when it may, else durable.
+func (in *instance) commit() error {
+	if !in.canDefer() {
+		return in.txc.Finish()
+	}
+	p, err := in.txc.FinishDeferred()
+	if err != nil {
+		return err
+	}
+	in.deferred.pending = append(in.deferred.pending, p)
+	return nil
+}
+
+// bound waits for the oldest deferred commits until at most maxDeferred are
+// left: the pipeline runs ahead of the disk by a bounded amount.
+func (in *instance) bound() error {
+	d := &in.deferred
+	if len(d.pending) <= maxDeferred {
+		return nil
+	}
+	n := len(d.pending) - maxDeferred
+	err := d.pending[n-1].Wait() // covers the ones before it: the log is ordered
+	d.pending = append(d.pending[:0], d.pending[n:]...)
+	if err != nil {
+		return fmt.Errorf("flowlet %q instance %d: %w", in.fl.Name, in.idx, err)
+	}
+	return nil
+}
+
+// settle waits until every commit of the instance is durable.
+func (in *instance) settle() error {
+	d := &in.deferred
+	if len(d.pending) == 0 {
+		return nil
+	}
+	err := d.pending[len(d.pending)-1].Wait()
+	clear(d.pending)
+	d.pending = d.pending[:0]
+	if err != nil {
+		return fmt.Errorf("flowlet %q instance %d: %w", in.fl.Name, in.idx, err)
+	}
+	return nil
+}
