@@ -1,4 +1,3 @@
-// Command flowrun runs flowrun apps: see specs/cli.md, or flowrun --help.
 package main
 
 import (

@@ -1,4 +1,3 @@
-// Package badgerutil holds what every flowrun package that opens Badger needs.
 package badgerutil
 
 import (

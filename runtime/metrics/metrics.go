@@ -1,7 +1,3 @@
-// Package metrics exports a running flowrun app in the Prometheus format
-// through the official client library. Every value is read from the app
-// when scraped (no second set of counters to keep in step); specs/http.md
-// lists the metrics.
 package metrics
 
 import (

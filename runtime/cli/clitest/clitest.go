@@ -1,5 +1,3 @@
-// Package clitest runs the flowrun CLI in-process for tests of packages that
-// build on it (the runtime's own tests, example plugins).
 package clitest
 
 import (

@@ -1,11 +1,3 @@
-// Package expect computes, independently of any flowrun code, the results
-// that the weblog example pipeline must produce for a given access log, and
-// compares them with the results exported by the application.
-//
-// The rules implemented here are the ones written down in
-// examples/weblog/README.md ("Parsing rules"). The pipeline's flowlets must be
-// written from that prose and must NOT import this package: the point of the
-// verifier is to be a second, independent implementation.
 package expect
 
 import (
