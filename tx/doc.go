@@ -42,6 +42,16 @@
 // there is no separate persist phase, and a crash can never leave persisted
 // but uncommitted data.
 //
+// A driver that pipelines calls FinishDeferred instead: on the fast path with
+// a syncing BadgerLog it returns once the commit is written and visible to
+// the next transactions, and the returned Pending's Wait returns once it is
+// durable. Later commits share the sync; call Wait before telling anything
+// outside the log that the transaction committed.
+//
+//	p, err := ctx.FinishDeferred() // visible now
+//	// ... next transactions ...
+//	err = p.Wait() // durable now (and so is every commit before it)
+//
 // # Durability
 //
 // With a Log the coordinator's state survives kill -9: FileLog appends edits
