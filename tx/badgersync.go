@@ -239,6 +239,35 @@ func (s *badgerSyncer) close() {
 	}
 }
 
+// BadgerSyncer syncs a Badger DB's write-ahead and value-log files as
+// SyncBadger does, remembering what it synced: it lists the DB's directory
+// again only after Badger rotated to a new file. For repeated syncs (a
+// writeback loop). Safe for concurrent use.
+type BadgerSyncer struct{ s *badgerSyncer }
+
+// NewBadgerSyncer returns a syncer for db (a no-op for an in-memory DB).
+func NewBadgerSyncer(db *badger.DB) *BadgerSyncer {
+	if db.Opts().InMemory {
+		return &BadgerSyncer{}
+	}
+	return &BadgerSyncer{s: newBadgerSyncer(db)}
+}
+
+// Sync makes every write to the DB that returned before the call durable.
+func (s *BadgerSyncer) Sync() error {
+	if s.s == nil {
+		return nil
+	}
+	return s.s.sync()
+}
+
+// Close releases the file handles the syncer keeps.
+func (s *BadgerSyncer) Close() {
+	if s.s != nil {
+		s.s.close()
+	}
+}
+
 // SyncBadger makes every write to db that returned before the call durable:
 // it fdatasyncs all of the DB's write-ahead and value-log files, rotated ones
 // included, which DB.Sync does not (see badgerSyncer). For occasional syncs

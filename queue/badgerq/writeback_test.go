@@ -1,0 +1,83 @@
+package badgerq
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/tx"
+)
+
+// Without Sync the writeback loop syncs the DB's files while producers
+// commit, and stays quiet while they do not; with Sync (the log syncs every
+// commit) or a negative interval it does not run at all.
+func TestWriteback(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		opts     Options
+		produces bool // syncs expected while producing
+	}{
+		{"no sync", Options{WritebackInterval: 5 * time.Millisecond}, true},
+		{"sync", Options{Sync: true, WritebackInterval: 5 * time.Millisecond}, false},
+		{"disabled", Options{WritebackInterval: -1}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db, err := badger.Open(TunedOptions(t.TempDir(), c.opts.Sync))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			bl, _ := tx.NewBadgerLog(db, tx.BadgerLogOptions{Sync: c.opts.Sync})
+			coord, err := tx.Open(tx.Options{Log: bl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer coord.Close()
+			c.opts.Coordinator, c.opts.FastPath = coord, true
+			be, err := Open(db, c.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer be.Close()
+			qs := queue.New(be)
+			if err := qs.CreateQueue("q", queue.Config{}); err != nil {
+				t.Fatal(err)
+			}
+			p, err := qs.Producer("q")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := coord.NewContext(p)
+			produce := func() {
+				if _, err := ctx.Start(time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.Enqueue(context.Background(), queue.Event{Payload: make([]byte, 4096)}); err != nil {
+					t.Fatal(err)
+				}
+				if err := ctx.Finish(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Quiet: nothing produced, nothing synced.
+			time.Sleep(30 * time.Millisecond)
+			if n := be.wroteBack.Load(); n != 0 {
+				t.Fatalf("%d writeback syncs before anything was produced", n)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for be.wroteBack.Load() == 0 && time.Now().Before(deadline) {
+				produce()
+				if !c.produces && time.Now().After(deadline.Add(-9800*time.Millisecond)) {
+					break // 200 ms of commits is plenty to see a loop that should not run
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if got := be.wroteBack.Load() > 0; got != c.produces {
+				t.Fatalf("writeback synced: %v, want %v", got, c.produces)
+			}
+		})
+	}
+}
