@@ -628,16 +628,17 @@ func (b *Backend) background() {
 		defer t.Stop()
 		gcC = t.C
 	}
-	followUps := 0 // reclaims still to run after the last one with new frees
+	followUps := 0         // reclaims still to run after the last one with new frees
+	var lastProduced int64 // producers' bytes at the last eviction tick
 	for {
 		select {
 		case <-b.stop:
 			return
 		case <-evictC:
 			_ = b.evict() // retried next tick; errors here mean the DB is closing
-			if b.reclaimDue() {
-				_ = b.reclaim()
-			}
+			produced := b.produced.Load()
+			_ = b.reclaimNow(produced == lastProduced)
+			lastProduced = produced
 		case <-b.kick:
 			_ = b.evict()
 		case <-gcC:

@@ -81,3 +81,34 @@ func TestWriteback(t *testing.T) {
 		})
 	}
 }
+
+// Under load (not quiet) a due reclaim waits — only value-log GC runs — until
+// a quiet tick or overdueFactor × ReclaimBytes freed.
+func TestReclaimWaitsForQuiet(t *testing.T) {
+	db, err := badger.Open(TunedOptions(t.TempDir(), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const step = 1 << 20
+	be, err := Open(db, Options{ReclaimBytes: step, EvictInterval: -1, GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	check := func(what string, quiet bool, freed, wantAt int64) {
+		t.Helper()
+		be.freed.Store(freed)
+		if err := be.reclaimNow(quiet); err != nil {
+			t.Fatal(err)
+		}
+		if got := be.reclaimedAt.Load(); got != wantAt {
+			t.Fatalf("%s: reclaimed up to %d, want %d", what, got, wantAt)
+		}
+	}
+	check("not due", true, step/2, 0)
+	check("due under load", false, 2*step, 0)
+	check("due and quiet", true, 2*step, 2*step)
+	check("due again under load", false, 3*step+step/2, 2*step)
+	check("overdue under load", false, 2*step+overdueFactor*step, 2*step+overdueFactor*step)
+}
