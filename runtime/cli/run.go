@@ -85,6 +85,11 @@ non-loopback address needs a bearer token (--http-token or
 			}
 			hcfg := httpapi.Config{Addr: httpAddr, Token: httpToken, Pprof: withPprof, Logger: log}
 			if httpAddr != "off" {
+				// The flag gets the app file's rule: every interface only
+				// when written out (0.0.0.0:8080), never by an empty host.
+				if err := planner.CheckListenAddr(httpAddr); err != nil {
+					return rs.settingError("--http", rs.httpPos, "runtime.http", err)
+				}
 				if err := httpapi.CheckConfig(hcfg); err != nil {
 					return rs.settingError("--http", rs.httpPos, "runtime.http", err)
 				}

@@ -115,6 +115,12 @@ connections:
 	if code != ExitFailure || !strings.Contains(out, ":3:9: runtime.http: \":8080\" has no host") {
 		t.Fatalf("implicit every-interface address: exit %d\n%s", code, out)
 	}
+	// The same rule for the flag, even with a token (it used to listen on
+	// every interface).
+	code, out = run(app(""), "--http", ":0", "--http-token", "secret")
+	if code != ExitUsage || !strings.Contains(out, `--http: ":0" has no host`) {
+		t.Fatalf("implicit every-interface --http: exit %d, want 2\n%s", code, out)
+	}
 	if got := rtdebug.SetMemoryLimit(-1); got == 300<<20 || got == 400<<20 {
 		t.Errorf("the test's memory limit leaked: %d", got)
 	}
