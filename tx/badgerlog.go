@@ -259,9 +259,18 @@ func (l *BadgerLog) Snapshot(s *State) (func() error, error) {
 	}, nil
 }
 
-// Close writes pending edits. It does not close the DB, which its owner shares.
+// Close writes pending edits and syncs every commit written, deferred ones
+// included. It does not close the DB, which its owner shares.
 func (l *BadgerLog) Close() error {
 	err := l.Append(&Batch{Wait: true})
+	if err == nil && l.sync {
+		// Deferred commits nobody waited for: durable before Close returns
+		// (and a later Pending.Wait finds them synced).
+		l.smu.Lock()
+		last := l.done
+		l.smu.Unlock()
+		err = l.Durable(last)
+	}
 	if l.syncer != nil {
 		l.syncer.close()
 	}

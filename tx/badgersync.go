@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"golang.org/x/sys/unix"
@@ -35,12 +36,17 @@ type badgerSyncer struct {
 	mu   sync.Mutex
 	done map[string]bool     // rotated-away files synced since their last write
 	open map[string]*os.File // kept open while they exist
-	// current is the newest file of each kind at the last listing. Badger
-	// numbers its files in sequence, so while the next one of neither kind
-	// exists, no rotation happened and the listing (one read of a directory
-	// that may hold thousands of tables) is skipped.
+	// current is the newest file of each kind at the last listing. The
+	// listing (one read of a directory that may hold thousands of tables) is
+	// skipped while nothing was created or deleted in the DB's directories
+	// since: their modification times are those seen at the listing (dirs
+	// below), the current files exist and the next ones do not. Checking
+	// only the next file's name is not enough: two rotations and a flush
+	// that deleted the files in between leave no next file but a newer
+	// current one.
 	current  map[string]logFile
-	listings int // directory listings so far
+	stamps   map[string]dirStamp // per directory, at the last listing
+	listings int                 // directory listings so far
 	// synced, when set (tests), sees the files of each sync.
 	synced func(paths []string)
 }
@@ -51,8 +57,20 @@ func newBadgerSyncer(db *badger.DB) *badgerSyncer {
 	if o.ValueDir != "" && filepath.Clean(o.ValueDir) != filepath.Clean(o.Dir) {
 		dirs = append(dirs, o.ValueDir)
 	}
-	return &badgerSyncer{dirs: dirs, done: map[string]bool{}, open: map[string]*os.File{}, current: map[string]logFile{}}
+	return &badgerSyncer{dirs: dirs, done: map[string]bool{}, open: map[string]*os.File{}, current: map[string]logFile{}, stamps: map[string]dirStamp{}}
 }
+
+// dirStamp is a directory's modification time when it was listed. trusted:
+// it was older than mtimeSlack then. File systems stamp with a coarse clock
+// (a few milliseconds), so a change made in the same tick as the stamped one
+// may leave the time unchanged; a stamp older than the slack cannot be
+// repeated by a later change.
+type dirStamp struct {
+	mtime   time.Time
+	trusted bool
+}
+
+const mtimeSlack = 20 * time.Millisecond
 
 type logFile struct {
 	path  string
@@ -82,13 +100,26 @@ func (s *badgerSyncer) sync() error {
 	return s.syncListed()
 }
 
-// unrotated reports whether the newest files of the last listing are still
-// the newest: the next file of each kind does not exist yet.
+// unrotated reports whether no file was created or deleted in the DB's
+// directories since the last listing (see current).
 func (s *badgerSyncer) unrotated() bool {
 	if len(s.current) == 0 {
 		return false
 	}
+	for _, dir := range s.dirs {
+		st, ok := s.stamps[dir]
+		if !ok || !st.trusted {
+			return false
+		}
+		fi, err := os.Stat(dir)
+		if err != nil || !fi.ModTime().Equal(st.mtime) {
+			return false
+		}
+	}
 	for _, f := range s.current {
+		if _, err := os.Lstat(f.path); err != nil {
+			return false
+		}
 		next := filepath.Join(filepath.Dir(f.path), fmt.Sprintf("%0*d%s", f.width, f.fid+1, f.kind))
 		if _, err := os.Lstat(next); !errors.Is(err, fs.ErrNotExist) {
 			return false
@@ -102,7 +133,16 @@ func (s *badgerSyncer) syncListed() error {
 	s.listings++
 	var files []logFile
 	newest := map[string]int{}
+	stamps := map[string]dirStamp{}
 	for _, dir := range s.dirs {
+		// Stamped before reading: a change during the read shows as a
+		// newer time at the next sync, which then lists again.
+		now := time.Now()
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return err
+		}
+		stamps[dir] = dirStamp{mtime: fi.ModTime(), trusted: fi.ModTime().Before(now.Add(-mtimeSlack))}
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			return err
@@ -161,6 +201,7 @@ func (s *badgerSyncer) syncListed() error {
 		return err
 	}
 	s.current = current // only once every listed file is synced
+	s.stamps = stamps
 	for _, p := range finished {
 		s.done[p] = true
 		if h := s.open[p]; h != nil {

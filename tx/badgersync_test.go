@@ -2,10 +2,12 @@ package tx
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -56,6 +58,9 @@ func TestBadgerSyncerCoversRotatedFiles(t *testing.T) {
 	if len(all) < 3 {
 		t.Fatalf("no rotation to test: %v", all)
 	}
+	// A listing right after a change in the directory cannot trust its
+	// modification time (coarse clock): let it age for the skip below.
+	time.Sleep(2 * mtimeSlack)
 	if err := s.sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -92,5 +97,72 @@ func TestBadgerSyncerCoversRotatedFiles(t *testing.T) {
 	}
 	if err := SyncBadger(db); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Two memtable rotations and a flush between syncs leave no file named after
+// the last listed one (it and the next were flushed and deleted) and a newer
+// current one: the next sync must find and sync it.
+func TestBadgerSyncerDoubleRotationWithFlush(t *testing.T) {
+	dir := t.TempDir()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil).
+		WithMemTableSize(1 << 20).WithNumMemtables(5).WithValueThreshold(1 << 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := newBadgerSyncer(db)
+	defer s.close()
+	var got []string
+	s.synced = func(paths []string) { got = slices.Clone(paths) }
+	mems := func() []string {
+		m, _ := filepath.Glob(filepath.Join(dir, "*.mem"))
+		slices.Sort(m)
+		return m
+	}
+	n := 0
+	write := func(bytes int) {
+		value := make([]byte, 512) // below the threshold: in the memtable and its WAL
+		for written := 0; written < bytes; written += len(value) {
+			n++
+			if err := db.Update(func(txn *badger.Txn) error {
+				return txn.Set(binary.BigEndian.AppendUint64(nil, uint64(n)), value)
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(1 << 10)
+	time.Sleep(2 * mtimeSlack)
+	if err := s.sync(); err != nil {
+		t.Fatal(err)
+	}
+	first := mems()
+	last := first[len(first)-1]
+	next := filepath.Join(dir, fmt.Sprintf("%05d.mem", s.current[".mem"].fid+1))
+	// Rotate at least twice, then wait for the flushes to delete the file
+	// after the last listed one.
+	write(3 << 20)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(next); os.IsNotExist(err) && mems()[len(mems())-1] != last {
+			if _, err := os.Stat(last); os.IsNotExist(err) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Skipf("Badger did not flush within 20 s (files %v); nothing to test", mems())
+		}
+		write(64 << 10)
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(2 * mtimeSlack)
+	now := mems()
+	newest := now[len(now)-1]
+	if err := s.sync(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(got, newest) {
+		t.Fatalf("sync after two rotations and a flush covered %v, not the current WAL %s (last listed %s)", got, newest, last)
 	}
 }

@@ -26,7 +26,7 @@ func TestFinishDeferredVisibleBeforeDurable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		letGo() // Close syncs too
+		letGo() // Close syncs what is left
 		c.Close()
 	}()
 	tb := stagedTable{newTable(db, "t/")}
@@ -95,6 +95,49 @@ func TestFinishDeferredVisibleBeforeDurable(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Close makes deferred commits nobody waited for durable.
+func TestCloseSyncsDeferredCommits(t *testing.T) {
+	db := openBadger(t, t.TempDir(), false)
+	defer db.Close()
+	l, err := NewBadgerLog(db, BadgerLogOptions{Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(Options{Log: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := stagedTable{newTable(db, "t/")}
+	ctx := c.NewContext(tb)
+	var last Pending
+	for i := range 5 {
+		if _, err := ctx.Start(time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		tb.Put("k", int64(i))
+		if last, err = ctx.FinishDeferred(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var syncs int
+	l.syncer.synced = func([]string) { syncs++ }
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if syncs == 0 {
+		t.Fatal("Close left deferred commits unsynced")
+	}
+	l.smu.Lock()
+	synced, done := l.synced, l.done
+	l.smu.Unlock()
+	if synced < done || synced < last.ticket {
+		t.Fatalf("after Close: synced up to %d, written %d, last deferred ticket %d", synced, done, last.ticket)
+	}
+	if err := last.Wait(); err != nil { // finds it synced: no file reopened
 		t.Fatal(err)
 	}
 }
