@@ -2,7 +2,6 @@ package tx
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -39,11 +38,10 @@ type badgerSyncer struct {
 	// current is the newest file of each kind at the last listing. The
 	// listing (one read of a directory that may hold thousands of tables) is
 	// skipped while nothing was created or deleted in the DB's directories
-	// since: their modification times are those seen at the listing (dirs
-	// below), the current files exist and the next ones do not. Checking
-	// only the next file's name is not enough: two rotations and a flush
-	// that deleted the files in between leave no next file but a newer
-	// current one.
+	// since: their modification times are those seen at the listing (stamps).
+	// Checking that the file after the current one does not exist is not
+	// enough: two rotations and a flush that deleted the files in between
+	// leave no such file but a newer current one.
 	current  map[string]logFile
 	stamps   map[string]dirStamp // per directory, at the last listing
 	listings int                 // directory listings so far
@@ -73,10 +71,9 @@ type dirStamp struct {
 const mtimeSlack = 20 * time.Millisecond
 
 type logFile struct {
-	path  string
-	kind  string // ".mem" or ".vlog"
-	fid   int
-	width int // digits in the name (Badger zero-pads the fid)
+	path string
+	kind string // ".mem" or ".vlog"
+	fid  int
 }
 
 // sync makes every write that returned before it started durable.
@@ -116,15 +113,6 @@ func (s *badgerSyncer) unrotated() bool {
 			return false
 		}
 	}
-	for _, f := range s.current {
-		if _, err := os.Lstat(f.path); err != nil {
-			return false
-		}
-		next := filepath.Join(filepath.Dir(f.path), fmt.Sprintf("%0*d%s", f.width, f.fid+1, f.kind))
-		if _, err := os.Lstat(next); !errors.Is(err, fs.ErrNotExist) {
-			return false
-		}
-	}
 	return true
 }
 
@@ -157,7 +145,7 @@ func (s *badgerSyncer) syncListed() error {
 			if err != nil {
 				continue
 			}
-			files = append(files, logFile{path: filepath.Join(dir, name), kind: kind, fid: fid, width: len(name) - len(kind)})
+			files = append(files, logFile{path: filepath.Join(dir, name), kind: kind, fid: fid})
 			newest[kind] = max(newest[kind], fid)
 		}
 	}
