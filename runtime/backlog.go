@@ -117,6 +117,7 @@ func (in *instance) waitBacklog(ctx context.Context) bool {
 		return true
 	}
 	in.frt.throttled.Add(1)
+	in.settleBeforeWait()
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	synced := time.Now()

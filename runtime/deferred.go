@@ -12,7 +12,8 @@ import (
 // the sync runs, and later commits share it. Up to maxDeferred of an
 // instance's commits may be visible but not yet durable; the instance waits
 // for them (tx.Pending.Wait) before it tells anything outside the store that
-// a step committed, and before it idles, returns, or runs a step that does.
+// a step committed, and before it idles, returns, or blocks (paused,
+// throttled, backing off).
 //
 // A killed process loses nothing written. A power loss may lose the last
 // commits of the log, never a commit without the ones before it (the log is
@@ -75,4 +76,14 @@ func (in *instance) settle() error {
 		return fmt.Errorf("flowlet %q instance %d: %w", in.fl.Name, in.idx, err)
 	}
 	return nil
+}
+
+// settleBeforeWait settles before the instance blocks for a while (paused,
+// throttled by back-pressure, backing off before a retry): its commits must
+// not wait for its next step to become durable. An error here means the
+// coordinator has stopped; the instance meets it at its next transaction.
+func (in *instance) settleBeforeWait() {
+	if err := in.settle(); err != nil {
+		in.logger.Error("sync of deferred commits failed", "err", err)
+	}
 }

@@ -1,9 +1,15 @@
 package runtime
 
 import (
+	"context"
+	"log/slog"
 	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
 
 	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/tx"
 )
 
 type observerFlowlet struct{}
@@ -31,5 +37,40 @@ func TestCanDeferOnlyWithoutOutsideEffects(t *testing.T) {
 		if got := c.in.canDefer(); got != c.want {
 			t.Errorf("%s: canDefer = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// An instance that backs off before a retry first makes its deferred
+// commits durable: they must not wait for its next step.
+func TestRetryWaitSettlesDeferredCommits(t *testing.T) {
+	db, err := badger.Open(badger.DefaultOptions(t.TempDir()).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	l, err := tx.NewBadgerLog(db, tx.BadgerLogOptions{Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tx.Open(tx.Options{Log: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	in := &instance{a: &App{}, stop: make(chan struct{}), logger: slog.New(slog.DiscardHandler)}
+	for range 3 {
+		txn, err := c.StartShort(time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := c.CommitWithDeferred(txn, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.deferred.pending = append(in.deferred.pending, p)
+	}
+	in.retryWait(context.Background(), time.Millisecond)
+	if n := len(in.deferred.pending); n != 0 {
+		t.Fatalf("%d deferred commits still pending after a retry wait", n)
 	}
 }

@@ -430,6 +430,7 @@ func (in *instance) retryWait(ctx context.Context, d time.Duration) {
 	if d <= 0 {
 		return
 	}
+	in.settleBeforeWait()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -459,6 +460,7 @@ func (in *instance) waitUnpaused(ctx context.Context) bool {
 		if !frt.paused.Load() {
 			break
 		}
+		in.settleBeforeWait()
 		select {
 		case <-ctx.Done():
 			return false
