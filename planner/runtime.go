@@ -27,6 +27,9 @@ type Runtime struct {
 	MaxBacklog *Setting[int] `json:",omitempty"`
 	// NoSync: commits are not fsynced.
 	NoSync *Setting[bool] `json:",omitempty"`
+	// DeferCommits: steps commit deferred (visible to the next steps
+	// before their sync; runtime.Options.DeferCommits).
+	DeferCommits *Setting[bool] `json:",omitempty"`
 }
 
 // Setting is one value of the runtime section and where the file sets it,
@@ -39,7 +42,7 @@ type Setting[T any] struct {
 
 // IsZero reports whether the file sets nothing in the runtime section.
 func (r Runtime) IsZero() bool {
-	return r.HTTP == nil && r.MemoryLimit == nil && r.MaxBacklog == nil && r.NoSync == nil
+	return r.HTTP == nil && r.MemoryLimit == nil && r.MaxBacklog == nil && r.NoSync == nil && r.DeferCommits == nil
 }
 
 // MinMemoryLimit is the smallest memory limit: below it the garbage
@@ -101,12 +104,12 @@ func CheckListenAddr(addr string) error {
 
 // runtimeSpec is the decoded runtime section.
 type runtimeSpec struct {
-	http, memoryLimit field[string]
-	maxBacklog        field[int]
-	noSync            field[bool]
+	http, memoryLimit    field[string]
+	maxBacklog           field[int]
+	noSync, deferCommits field[bool]
 }
 
-var runtimeFields = []string{"http", "memory_limit", "max_backlog", "no_sync"}
+var runtimeFields = []string{"http", "memory_limit", "max_backlog", "no_sync", "defer_commits"}
 
 func (d *decoder) decodeRuntime(v *yaml.Node) *runtimeSpec {
 	r := &runtimeSpec{}
@@ -123,6 +126,8 @@ func (d *decoder) decodeRuntime(v *yaml.Node) *runtimeSpec {
 			r.maxBacklog = d.integer(v, "runtime.max_backlog")
 		case "no_sync":
 			r.noSync = d.boolean(v, "runtime.no_sync")
+		case "defer_commits":
+			r.deferCommits = d.boolean(v, "runtime.defer_commits")
 		}
 	})
 	return r
@@ -172,6 +177,9 @@ func (r *runtimeSpec) plan() Runtime {
 	}
 	if r.noSync.set {
 		out.NoSync = &Setting[bool]{r.noSync.val, r.noSync.pos}
+	}
+	if r.deferCommits.set {
+		out.DeferCommits = &Setting[bool]{r.deferCommits.val, r.deferCommits.pos}
 	}
 	return out
 }

@@ -15,6 +15,7 @@ runtime:
   memory_limit: off
   max_backlog: -1
   no_sync: false
+  defer_commits: true
 flowlets: {a: {type: http_source}}
 `), testOptions())
 	if err != nil {
@@ -32,6 +33,12 @@ flowlets: {a: {type: http_source}}
 	}
 	if r.NoSync == nil || r.NoSync.Value || r.NoSync.Pos.Line != 6 {
 		t.Errorf("no_sync: %+v (set to false is not unset)", r.NoSync)
+	}
+	if r.DeferCommits == nil || !r.DeferCommits.Value || r.DeferCommits.Pos.Line != 7 {
+		t.Errorf("defer_commits: %+v", r.DeferCommits)
+	}
+	if !strings.Contains(p.Text(), "defer_commits true") {
+		t.Errorf("text has no defer_commits line:\n%s", p.Text())
 	}
 	if r.IsZero() {
 		t.Error("IsZero with every field set")

@@ -28,6 +28,9 @@ func (p *Plan) Text() string {
 		if r.NoSync != nil {
 			line("no_sync", strconv.FormatBool(r.NoSync.Value))
 		}
+		if r.DeferCommits != nil {
+			line("defer_commits", strconv.FormatBool(r.DeferCommits.Value))
+		}
 	}
 	for _, f := range p.Flowlets {
 		fmt.Fprintf(&b, "\nflowlet %s\n", f.Name)

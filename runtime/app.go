@@ -26,6 +26,13 @@ type Options struct {
 	// power loss. The default syncs every commit (Badger groups concurrent
 	// commits into one sync).
 	NoSync bool
+	// DeferCommits lets steps commit deferred (runtime/deferred.go): a
+	// step's commit is visible to the next steps before its sync, which
+	// later commits share. Nothing outside the app hears of a step before
+	// it is durable, but a power loss can undo the app's last steps, and in
+	// rare cases (specs/guarantees.md) keep a step whose input it undid.
+	// Off: every step is durable before the next one sees it.
+	DeferCommits bool
 	// Logger gets the runtime's logs (default: discard).
 	Logger *slog.Logger
 	// Drain makes Run return once every source has ended (ErrEndOfInput),

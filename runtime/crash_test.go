@@ -97,11 +97,14 @@ func TestCrashExactlyOnce(t *testing.T) {
 		if attempt > 200 {
 			t.Fatalf("only %d kills landed", kills)
 		}
-		// Runs alternate between the durable store (syncs; steps commit
-		// deferred, see runtime/deferred.go) and --no-sync.
+		// Runs take turns: the durable store, --no-sync, and the durable
+		// store with --defer-commits (runtime/deferred.go).
 		args := []string{"run", "app.yaml", "--drain", "--log-level", "warn"}
-		if attempt%2 == 1 {
+		switch attempt % 3 {
+		case 1:
 			args = append(args, "--no-sync")
+		case 2:
+			args = append(args, "--defer-commits")
 		}
 		cmd := cliCmd(t, dir, args...)
 		var stderr bytes.Buffer

@@ -27,11 +27,12 @@ type deferred struct {
 	pending []tx.Pending
 }
 
-// canDefer reports whether the instance's steps may commit deferred: no
-// effect outside the store follows its commits. (Off the fast path
+// canDefer reports whether the instance's steps may commit deferred: the
+// app asks for it (Options.DeferCommits) and no effect outside the store
+// follows its commits. (Off the fast path
 // FinishDeferred is Finish.)
 func (in *instance) canDefer() bool {
-	return in.obs == nil && in.pub == nil
+	return in.a.opts.DeferCommits && in.obs == nil && in.pub == nil
 }
 
 // commit commits the step's transaction: deferred when it may, else durable.

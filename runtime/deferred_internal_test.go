@@ -21,18 +21,20 @@ type publisherFlowlet struct{}
 
 func (publisherFlowlet) Publish(flowlet.Context) error { return nil }
 
-// Only an instance whose commits nobody outside the store hears of commits
-// deferred: the HTTP source answers its clients (a StepObserver) and sinks
+// Only an instance of an app that asks for it (Options.DeferCommits) and
+// whose commits nobody outside the store hears of commits deferred: the HTTP source answers its clients (a StepObserver) and sinks
 // publish (a Publisher) only after a durable commit.
 func TestCanDeferOnlyWithoutOutsideEffects(t *testing.T) {
+	on := &App{opts: Options{DeferCommits: true}}
 	for _, c := range []struct {
 		name string
 		in   *instance
 		want bool
 	}{
-		{"plain", &instance{}, true},
-		{"observer", &instance{obs: observerFlowlet{}}, false},
-		{"publisher", &instance{pub: publisherFlowlet{}}, false},
+		{"plain", &instance{a: on}, true},
+		{"not asked for", &instance{a: &App{}}, false},
+		{"observer", &instance{a: on, obs: observerFlowlet{}}, false},
+		{"publisher", &instance{a: on, pub: publisherFlowlet{}}, false},
 	} {
 		if got := c.in.canDefer(); got != c.want {
 			t.Errorf("%s: canDefer = %v, want %v", c.name, got, c.want)

@@ -9,7 +9,8 @@ import (
 	"github.com/flowrun/flowrun/runtime"
 )
 
-// On the durable store, steps commit deferred (visible before their sync):
+// On the durable store with DeferCommits, steps commit deferred (visible
+// before their sync):
 // the counts stay exact, the coordinator reports deferred commits, and the
 // file sink — which publishes outside the store, so commits durably — has
 // every event once.
@@ -20,7 +21,7 @@ func TestDurablePipelineDefersCommits(t *testing.T) {
 ` // connections end the pipeline app: add the sink's, then the sink
 	yaml = strings.Replace(yaml, "connections:", `  sink: {type: file_sink, config: {path: `+out+`, fsync: false}}
 connections:`, 1)
-	a := runDrain(t, dir, yaml, runtime.Options{})
+	a := runDrain(t, dir, yaml, runtime.Options{DeferCommits: true})
 	defer a.Close()
 	for _, f := range []string{"mid", "cnt"} {
 		if n := counter(t, a, f, "n", "total"); n != 5000 {
@@ -42,5 +43,18 @@ connections:`, 1)
 	}
 	if len(lines) != 5000 || len(seen) != 5000 {
 		t.Errorf("sink wrote %d lines, %d distinct; want 5000 once each", len(lines), len(seen))
+	}
+}
+
+// By default every step is durable before the next one sees it.
+func TestDurablePipelineStrictByDefault(t *testing.T) {
+	dir := t.TempDir()
+	a := runDrain(t, dir, pipeline, runtime.Options{})
+	defer a.Close()
+	if n := counter(t, a, "cnt", "n", "total"); n != 5000 {
+		t.Errorf("cnt total = %d, want 5000", n)
+	}
+	if st := a.TxStats(); st.Deferred != 0 {
+		t.Errorf("%d commits deferred without DeferCommits", st.Deferred)
 	}
 }

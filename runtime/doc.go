@@ -50,14 +50,16 @@
 //
 // # Deferred commits
 //
-// A step's commit is visible to the next steps before the store's sync
-// (tx.Context.FinishDeferred): the instance goes on while the disk catches
-// up, and later commits share the sync. An instance runs at most eight
-// commits ahead of the disk and settles them before it idles or stops.
+// By default a step's commit is durable before the next step sees it. With
+// Options.DeferCommits (flowrun run --defer-commits) it is visible to the
+// next steps before the store's sync (tx.Context.FinishDeferred): the
+// instance goes on while the disk catches up, and later commits share the
+// sync. An instance runs at most eight commits ahead of the disk and settles
+// them before it idles, blocks or stops.
 // Instances whose commits have effects outside the store (a StepObserver,
 // a Publisher) commit with Finish: nothing leaves the app before it is
-// durable. Options.NoSync drops the syncs: kill -9 loses nothing, a power
-// loss may.
+// durable. What a power loss can undo then: specs/guarantees.md.
+// Options.NoSync drops the syncs: kill -9 loses nothing, a power loss may.
 //
 // # Sources and sinks
 //

@@ -22,7 +22,7 @@ import (
 )
 
 func (g *globals) runCmd() *cobra.Command {
-	var drain, noSync bool
+	var drain, noSync, deferCommits bool
 	var progress string
 	var interval time.Duration
 	var cpuprofile string
@@ -69,11 +69,11 @@ non-loopback address needs a bearer token (--http-token or
 				httpToken = os.Getenv(httpapi.TokenEnv)
 			}
 			rs := resolveRunSettings(cmd.Flags().Changed, plan.Runtime,
-				runSettings{http: httpAddr, memoryLimit: memoryLimit, maxBacklog: maxBacklog, noSync: noSync})
+				runSettings{http: httpAddr, memoryLimit: memoryLimit, maxBacklog: maxBacklog, noSync: noSync, deferCommits: deferCommits})
 			if len(rs.fromFile) > 0 {
 				log.Info("run settings from the app file", "settings", strings.Join(rs.fromFile, ", "))
 			}
-			httpAddr, memoryLimit, maxBacklog, noSync = rs.http, rs.memoryLimit, rs.maxBacklog, rs.noSync
+			httpAddr, memoryLimit, maxBacklog, noSync, deferCommits = rs.http, rs.memoryLimit, rs.maxBacklog, rs.noSync, rs.deferCommits
 			limit, err := runtime.ApplyMemoryLimit(memoryLimit)
 			if err != nil {
 				return rs.settingError("--memory-limit", rs.memoryLimitPos, "runtime.memory_limit", err)
@@ -94,7 +94,7 @@ non-loopback address needs a bearer token (--http-token or
 					return rs.settingError("--http", rs.httpPos, "runtime.http", err)
 				}
 			}
-			a, err := runtime.Open(plan, runtime.Options{DataDir: g.dataDir(plan.App), NoSync: noSync, Logger: log, Drain: drain,
+			a, err := runtime.Open(plan, runtime.Options{DataDir: g.dataDir(plan.App), NoSync: noSync, DeferCommits: deferCommits, Logger: log, Drain: drain,
 				AppDir: filepath.Dir(args[0]), PluginCacheDir: g.pluginCache, MaxBacklog: maxBacklog})
 			if err != nil {
 				return &exitError{ExitFailure, err}
@@ -164,6 +164,7 @@ non-loopback address needs a bearer token (--http-token or
 	f := c.Flags()
 	f.BoolVar(&drain, "drain", false, "exit once sources are exhausted, every queue is empty and no step is in flight")
 	f.BoolVar(&noSync, "no-sync", false, "do not fsync commits (survives kill -9, not power loss); faster")
+	f.BoolVar(&deferCommits, "defer-commits", false, "steps commit deferred: visible to the next steps before their fsync, which later steps share; faster, and nothing outside the app hears of a step before it is durable, but a power loss may undo the last steps (see specs/guarantees.md)")
 	f.StringVar(&progress, "progress", "auto", "live progress view on stderr: auto (on a terminal), always or never")
 	f.DurationVar(&interval, "progress-interval", time.Second, "progress view refresh interval")
 	f.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
@@ -181,10 +182,11 @@ non-loopback address needs a bearer token (--http-token or
 // runSettings are the run command's settings that the app file's runtime
 // section may also set.
 type runSettings struct {
-	http        string
-	memoryLimit string
-	maxBacklog  int
-	noSync      bool
+	http         string
+	memoryLimit  string
+	maxBacklog   int
+	noSync       bool
+	deferCommits bool
 
 	// Where the file set a value taken from it (nil: a flag or a default),
 	// and which settings came from the file, for the log.
@@ -216,6 +218,9 @@ func resolveRunSettings(changed func(flag string) bool, file planner.Runtime, fl
 	}
 	if f := file.NoSync; f != nil && use("no-sync", "no_sync") {
 		rs.noSync = f.Value
+	}
+	if f := file.DeferCommits; f != nil && use("defer-commits", "defer_commits") {
+		rs.deferCommits = f.Value
 	}
 	return rs
 }

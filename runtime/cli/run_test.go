@@ -17,10 +17,11 @@ import (
 func TestResolveRunSettings(t *testing.T) {
 	pos := planner.Position{File: "app.yaml", Line: 3, Col: 9}
 	file := planner.Runtime{
-		HTTP:        &planner.Setting[string]{Value: "127.0.0.1:8080", Pos: pos},
-		MemoryLimit: &planner.Setting[string]{Value: "256MiB", Pos: pos},
-		MaxBacklog:  &planner.Setting[int]{Value: -1, Pos: pos},
-		NoSync:      &planner.Setting[bool]{Value: true, Pos: pos},
+		HTTP:         &planner.Setting[string]{Value: "127.0.0.1:8080", Pos: pos},
+		MemoryLimit:  &planner.Setting[string]{Value: "256MiB", Pos: pos},
+		MaxBacklog:   &planner.Setting[int]{Value: -1, Pos: pos},
+		NoSync:       &planner.Setting[bool]{Value: true, Pos: pos},
+		DeferCommits: &planner.Setting[bool]{Value: true, Pos: pos},
 	}
 	defaults := runSettings{http: "127.0.0.1:0", memoryLimit: "auto", maxBacklog: 50000}
 	none := func(string) bool { return false }
@@ -30,14 +31,14 @@ func TestResolveRunSettings(t *testing.T) {
 		t.Errorf("no runtime section: %+v, want the defaults", rs)
 	}
 	rs = resolveRunSettings(none, file, defaults)
-	if rs.http != "127.0.0.1:8080" || rs.memoryLimit != "256MiB" || rs.maxBacklog != -1 || !rs.noSync ||
-		rs.httpPos == nil || *rs.httpPos != pos || rs.memoryLimitPos == nil || strings.Join(rs.fromFile, ",") != "http,memory_limit,max_backlog,no_sync" {
+	if rs.http != "127.0.0.1:8080" || rs.memoryLimit != "256MiB" || rs.maxBacklog != -1 || !rs.noSync || !rs.deferCommits ||
+		rs.httpPos == nil || *rs.httpPos != pos || rs.memoryLimitPos == nil || strings.Join(rs.fromFile, ",") != "http,memory_limit,max_backlog,no_sync,defer_commits" {
 		t.Errorf("from the file: %+v", rs)
 	}
 	// Every flag given, with values equal to the defaults: the flags win.
 	all := func(string) bool { return true }
 	rs = resolveRunSettings(all, file, defaults)
-	if rs.http != "127.0.0.1:0" || rs.memoryLimit != "auto" || rs.maxBacklog != 50000 || rs.noSync || rs.httpPos != nil || rs.memoryLimitPos != nil || len(rs.fromFile) != 0 {
+	if rs.http != "127.0.0.1:0" || rs.memoryLimit != "auto" || rs.maxBacklog != 50000 || rs.noSync || rs.deferCommits || rs.httpPos != nil || rs.memoryLimitPos != nil || len(rs.fromFile) != 0 {
 		t.Errorf("flags given: %+v, want the flags' values", rs)
 	}
 	// One flag given: only that one wins.
