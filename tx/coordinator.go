@@ -502,11 +502,8 @@ func (c *Coordinator) Commit(tx *Tx) error {
 // Context.Finish takes for Stagers; writes need an AtomicLog. Use it without
 // writes only when no participant persisted anything for tx beforehand.
 func (c *Coordinator) CommitWith(tx *Tx, changes [][]byte, writes []Write) error {
-	p, err := c.commitWith(tx, changes, writes)
-	if err != nil {
-		return err
-	}
-	return p.Wait()
+	_, err := c.commitWith(tx, changes, writes, false)
+	return err
 }
 
 // CommitWithDeferred is CommitWith for a caller that pipelines: it returns
@@ -514,19 +511,21 @@ func (c *Coordinator) CommitWith(tx *Tx, changes [][]byte, writes []Write) error
 // to transactions that start after it, before the log's sync; Pending.Wait
 // returns once the commit is durable. Wait before telling anything outside
 // the coordinator's log that tx committed (an HTTP client, a file, a
-// metric): until then a power loss may undo it, together with every later
-// commit, since the log is ordered. A killed process loses nothing written.
-// With a log that is not a DeferredLog it is CommitWith.
+// metric): until then a power loss may undo it. A killed process loses
+// nothing written. What a power loss can do to transactions that read it
+// before its sync: specs/transactions.md §2. With a log that is not a
+// DeferredLog it is CommitWith.
 func (c *Coordinator) CommitWithDeferred(tx *Tx, changes [][]byte, writes []Write) (Pending, error) {
-	p, err := c.commitWith(tx, changes, writes)
+	p, err := c.commitWith(tx, changes, writes, true)
 	if p.c != nil {
 		c.deferredCommits.Add(1)
 	}
 	return p, err
 }
 
-// commitWith is CommitWithDeferred without the count: CommitWith waits at once.
-func (c *Coordinator) commitWith(tx *Tx, changes [][]byte, writes []Write) (Pending, error) {
+// commitWith is the one-step commit; deferred makes it visible before its
+// sync (a Pending to wait on), else it is visible only once durable.
+func (c *Coordinator) commitWith(tx *Tx, changes [][]byte, writes []Write, deferred bool) (Pending, error) {
 	if _, atomic := c.log.(AtomicLog); len(writes) > 0 && !atomic {
 		return Pending{}, errors.New("tx: CommitWith: staged writes need an AtomicLog (BadgerLog); this coordinator's log cannot store them")
 	}
@@ -534,7 +533,7 @@ func (c *Coordinator) commitWith(tx *Tx, changes [][]byte, writes []Write) (Pend
 	if err != nil {
 		return Pending{}, err
 	}
-	return c.commit(tx, keys, writes, true, true)
+	return c.commit(tx, keys, writes, true, deferred)
 }
 
 // Pending is a commit that is visible but may not be durable yet (see

@@ -141,3 +141,65 @@ func TestCloseSyncsDeferredCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A plain Finish (CommitWith) is not visible to other transactions before its
+// sync: one that read it could otherwise survive a power loss that undid it
+// (specs/transactions.md §2).
+func TestFinishNotVisibleBeforeDurable(t *testing.T) {
+	db := openBadger(t, t.TempDir(), false)
+	defer db.Close()
+	l, err := NewBadgerLog(db, BadgerLogOptions{Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(Options{Log: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered := make(chan struct{}, 64)
+	release := make(chan struct{})
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(release) }) }
+	defer func() {
+		letGo()
+		c.Close()
+	}()
+	tb := stagedTable{newTable(db, "t/")}
+	ctx := c.NewContext(tb)
+	if _, err := ctx.Start(time.Minute); err != nil { // reserves pointers (a synced edit)
+		t.Fatal(err)
+	}
+	if err := ctx.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	l.syncer.synced = func([]string) {
+		entered <- struct{}{}
+		<-release
+	}
+	first, err := ctx.Start(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.Put("a", 7)
+	finished := make(chan error, 1)
+	go func() { finished <- ctx.Finish() }()
+	<-entered // its sync is running, and held
+	other, err := c.StartShort(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Visible(first.WritePointer) {
+		t.Fatal("a commit waiting for its sync is visible to a new transaction")
+	}
+	letGo()
+	if err := <-finished; err != nil {
+		t.Fatal(err)
+	}
+	later, err := c.StartShort(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !later.Visible(first.WritePointer) {
+		t.Fatal("the commit is not visible after its sync")
+	}
+}

@@ -155,7 +155,7 @@ func (x *Context) finish(deferred bool) (Pending, error) {
 		if deferred {
 			pending, err = x.c.CommitWithDeferred(tx, x.keys, x.writes)
 		} else {
-			pending, err = x.c.commitWith(tx, x.keys, x.writes)
+			err = x.c.CommitWith(tx, x.keys, x.writes)
 		}
 		clear(x.writes) // drop references to the payloads
 	} else {
@@ -178,12 +178,6 @@ func (x *Context) finish(deferred bool) (Pending, error) {
 		return Pending{}, x.Abort(err)
 	}
 	x.tx = nil
-	if !deferred {
-		if err := pending.Wait(); err != nil {
-			return Pending{}, err // ErrLogFailed: fate unknown, nothing to undo
-		}
-		pending = Pending{}
-	}
 	// The commit is visible (with Finish, durable too): participants may
 	// publish in memory what it changed.
 	for _, p := range x.parts {
