@@ -6,20 +6,19 @@ import (
 	"github.com/flowrun/flowrun/tx"
 )
 
-// Deferred durability. On the single-store fast path a step's commit is
-// written and visible to every later step before the store's sync
-// (tx.Context.FinishDeferred); the instance goes on to its next step while
-// the sync runs, and later commits share it. Up to maxDeferred of an
-// instance's commits may be visible but not yet durable; the instance waits
-// for them (tx.Pending.Wait) before it tells anything outside the store that
-// a step committed, and before it idles, returns, or blocks (paused,
-// throttled, backing off).
+// Deferred durability, with Options.DeferCommits. On the single-store fast
+// path a step's commit is written and visible to every later step before the
+// store's sync (tx.Context.FinishDeferred); the instance goes on to its next
+// step while the sync runs, and later commits share it. Up to maxDeferred of
+// an instance's commits may be visible but not yet durable; the instance
+// waits for them (tx.Pending.Wait) before it idles, returns, or blocks
+// (paused, throttled, backing off). Instances whose commits have an effect
+// outside the store (a StepObserver: the HTTP and stdin sources, the stdout
+// sink; a Publisher: the file sink) always commit with Finish.
 //
-// A killed process loses nothing written. A power loss may lose the last
-// commits of the log, never a commit without the ones before it (the log is
-// ordered), and never one whose effect left the store: the HTTP source
-// answers, sinks publish and write, only after their commit is durable
-// (instances with a StepObserver or a Publisher commit with Finish).
+// A killed process loses nothing written. What a power loss can undo —
+// the app's last steps, and in a rare case a step whose input it lost —
+// is in specs/guarantees.md; that is why it is opt-in.
 const maxDeferred = 8
 
 // deferred is an instance's commits that may not be durable yet, oldest first.

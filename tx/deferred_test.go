@@ -10,45 +10,10 @@ import (
 // has finished, its Wait returns only once that sync has, and Finish (not
 // deferred) does not return before its own sync either.
 func TestFinishDeferredVisibleBeforeDurable(t *testing.T) {
-	db := openBadger(t, t.TempDir(), false)
-	defer db.Close()
-	l, err := NewBadgerLog(db, BadgerLogOptions{Sync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Every sync blocks until the test lets them all go.
-	entered := make(chan struct{}, 64)
-	release := make(chan struct{})
-	var once sync.Once
-	letGo := func() { once.Do(func() { close(release) }) }
-	c, err := Open(Options{Log: l})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		letGo() // Close syncs what is left
-		c.Close()
-	}()
-	tb := stagedTable{newTable(db, "t/")}
-	ctx := c.NewContext(tb)
-	start := func() *Tx {
-		t.Helper()
-		tx, err := ctx.Start(time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tx
-	}
-
-	// A first commit reserves a block of write pointers (a synced edit).
-	start()
-	if err := ctx.Finish(); err != nil {
-		t.Fatal(err)
-	}
-	l.syncer.synced = func([]string) {
-		entered <- struct{}{}
-		<-release
-	}
+	h := newSyncHeld(t)
+	c, tb, ctx, entered := h.c, h.tb, h.ctx, h.entered
+	start := func() *Tx { return h.start(t) }
+	h.hold()
 
 	first := start()
 	tb.Put("a", 7)
@@ -90,7 +55,7 @@ func TestFinishDeferredVisibleBeforeDurable(t *testing.T) {
 		t.Fatalf("Wait returned during the sync: %v", err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	letGo()
+	h.letGo()
 	if err := <-finished; err != nil {
 		t.Fatal(err)
 	}
@@ -101,19 +66,10 @@ func TestFinishDeferredVisibleBeforeDurable(t *testing.T) {
 
 // Close makes deferred commits nobody waited for durable.
 func TestCloseSyncsDeferredCommits(t *testing.T) {
-	db := openBadger(t, t.TempDir(), false)
-	defer db.Close()
-	l, err := NewBadgerLog(db, BadgerLogOptions{Sync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Open(Options{Log: l})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tb := stagedTable{newTable(db, "t/")}
-	ctx := c.NewContext(tb)
+	h := newSyncHeld(t)
+	l, c, tb, ctx := h.l, h.c, h.tb, h.ctx
 	var last Pending
+	var err error
 	for i := range 5 {
 		if _, err := ctx.Start(time.Minute); err != nil {
 			t.Fatal(err)
@@ -146,36 +102,9 @@ func TestCloseSyncsDeferredCommits(t *testing.T) {
 // sync: one that read it could otherwise survive a power loss that undid it
 // (specs/transactions.md §2).
 func TestFinishNotVisibleBeforeDurable(t *testing.T) {
-	db := openBadger(t, t.TempDir(), false)
-	defer db.Close()
-	l, err := NewBadgerLog(db, BadgerLogOptions{Sync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Open(Options{Log: l})
-	if err != nil {
-		t.Fatal(err)
-	}
-	entered := make(chan struct{}, 64)
-	release := make(chan struct{})
-	var once sync.Once
-	letGo := func() { once.Do(func() { close(release) }) }
-	defer func() {
-		letGo()
-		c.Close()
-	}()
-	tb := stagedTable{newTable(db, "t/")}
-	ctx := c.NewContext(tb)
-	if _, err := ctx.Start(time.Minute); err != nil { // reserves pointers (a synced edit)
-		t.Fatal(err)
-	}
-	if err := ctx.Finish(); err != nil {
-		t.Fatal(err)
-	}
-	l.syncer.synced = func([]string) {
-		entered <- struct{}{}
-		<-release
-	}
+	h := newSyncHeld(t)
+	c, tb, ctx, entered := h.c, h.tb, h.ctx, h.entered
+	h.hold()
 	first, err := ctx.Start(time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +120,7 @@ func TestFinishNotVisibleBeforeDurable(t *testing.T) {
 	if other.Visible(first.WritePointer) {
 		t.Fatal("a commit waiting for its sync is visible to a new transaction")
 	}
-	letGo()
+	h.letGo()
 	if err := <-finished; err != nil {
 		t.Fatal(err)
 	}
@@ -202,4 +131,60 @@ func TestFinishNotVisibleBeforeDurable(t *testing.T) {
 	if !later.Visible(first.WritePointer) {
 		t.Fatal("the commit is not visible after its sync")
 	}
+}
+
+// syncHeld is a coordinator on a syncing BadgerLog whose syncs can be held:
+// after hold, every sync signals entered and waits until letGo.
+type syncHeld struct {
+	l       *BadgerLog
+	c       *Coordinator
+	tb      stagedTable
+	ctx     *Context
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func newSyncHeld(t *testing.T) *syncHeld {
+	t.Helper()
+	db := openBadger(t, t.TempDir(), false)
+	t.Cleanup(func() { db.Close() })
+	l, err := NewBadgerLog(db, BadgerLogOptions{Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(Options{Log: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &syncHeld{l: l, c: c, tb: stagedTable{newTable(db, "t/")}, entered: make(chan struct{}, 64), release: make(chan struct{})}
+	h.ctx = c.NewContext(h.tb)
+	t.Cleanup(func() {
+		h.letGo() // Close syncs what is left
+		c.Close()
+	})
+	// A first commit reserves a block of write pointers (a synced edit).
+	h.start(t)
+	if err := h.ctx.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *syncHeld) hold() {
+	h.l.syncer.synced = func([]string) {
+		h.entered <- struct{}{}
+		<-h.release
+	}
+}
+
+func (h *syncHeld) letGo() { h.once.Do(func() { close(h.release) }) }
+
+func (h *syncHeld) start(t *testing.T) *Tx {
+	t.Helper()
+	tx, err := h.ctx.Start(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }
