@@ -1,10 +1,6 @@
 package runtime
 
-import (
-	"fmt"
-
-	"github.com/flowrun/flowrun/tx"
-)
+import "fmt"
 
 // Deferred durability, with Options.DeferCommits. On the single-store fast
 // path a step's commit is written and visible to every later step before the
@@ -20,11 +16,6 @@ import (
 // the app's last steps, and in a rare case a step whose input it lost —
 // is in specs/guarantees.md; that is why it is opt-in.
 const maxDeferred = 8
-
-// deferred is an instance's commits that may not be durable yet, oldest first.
-type deferred struct {
-	pending []tx.Pending
-}
 
 // canDefer reports whether the instance's steps may commit deferred: the
 // app asks for it (Options.DeferCommits) and no effect outside the store
@@ -43,20 +34,19 @@ func (in *instance) commit() error {
 	if err != nil {
 		return err
 	}
-	in.deferred.pending = append(in.deferred.pending, p)
+	in.pending = append(in.pending, p)
 	return nil
 }
 
 // bound waits for the oldest deferred commits until at most maxDeferred are
 // left: the pipeline runs ahead of the disk by a bounded amount.
 func (in *instance) bound() error {
-	d := &in.deferred
-	if len(d.pending) <= maxDeferred {
+	if len(in.pending) <= maxDeferred {
 		return nil
 	}
-	n := len(d.pending) - maxDeferred
-	err := d.pending[n-1].Wait() // covers the ones before it: the log is ordered
-	d.pending = append(d.pending[:0], d.pending[n:]...)
+	n := len(in.pending) - maxDeferred
+	err := in.pending[n-1].Wait() // covers the ones before it: the log is ordered
+	in.pending = append(in.pending[:0], in.pending[n:]...)
 	if err != nil {
 		return fmt.Errorf("flowlet %q instance %d: %w", in.fl.Name, in.idx, err)
 	}
@@ -65,13 +55,12 @@ func (in *instance) bound() error {
 
 // settle waits until every commit of the instance is durable.
 func (in *instance) settle() error {
-	d := &in.deferred
-	if len(d.pending) == 0 {
+	if len(in.pending) == 0 {
 		return nil
 	}
-	err := d.pending[len(d.pending)-1].Wait()
-	clear(d.pending)
-	d.pending = d.pending[:0]
+	err := in.pending[len(in.pending)-1].Wait()
+	clear(in.pending)
+	in.pending = in.pending[:0]
 	if err != nil {
 		return fmt.Errorf("flowlet %q instance %d: %w", in.fl.Name, in.idx, err)
 	}

@@ -69,10 +69,10 @@ func TestRetryWaitSettlesDeferredCommits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in.deferred.pending = append(in.deferred.pending, p)
+		in.pending = append(in.pending, p)
 	}
 	in.retryWait(context.Background(), time.Millisecond)
-	if n := len(in.deferred.pending); n != 0 {
+	if n := len(in.pending); n != 0 {
 		t.Fatalf("%d deferred commits still pending after a retry wait", n)
 	}
 }

@@ -141,7 +141,7 @@ type instance struct {
 	// flowlet's batch_size); limitOK: commits since it was last reduced.
 	limit, limitOK int
 
-	deferred deferred // commits visible but maybe not yet durable (deferred.go)
+	pending []tx.Pending // deferred commits not known durable yet, oldest first (deferred.go)
 }
 
 func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {

@@ -16,17 +16,9 @@ import (
 // (DB.Sync would miss them), and skips them once synced.
 func TestBadgerSyncerCoversRotatedFiles(t *testing.T) {
 	dir := t.TempDir()
-	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil).
-		WithMemTableSize(1 << 20).WithNumMemtables(5).WithNumLevelZeroTables(10).
-		WithNumLevelZeroTablesStall(20).WithValueThreshold(1 << 10).WithValueLogFileSize(1 << 20))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	s := newBadgerSyncer(db)
-	defer s.close()
-	var got []string
-	s.synced = func(paths []string) { got = slices.Clone(paths) }
+	db, s, got := openSyncerTest(t, badger.DefaultOptions(dir).
+		WithMemTableSize(1<<20).WithNumMemtables(5).WithNumLevelZeroTables(10).
+		WithNumLevelZeroTablesStall(20).WithValueThreshold(1<<10).WithValueLogFileSize(1<<20))
 	logFiles := func() (all []string, newest map[string]string) {
 		newest = map[string]string{}
 		for _, kind := range []string{".mem", ".vlog"} {
@@ -40,19 +32,7 @@ func TestBadgerSyncerCoversRotatedFiles(t *testing.T) {
 		slices.Sort(all)
 		return all, newest
 	}
-	n := 0
-	write := func(bytes int) {
-		value := make([]byte, 4<<10)
-		for written := 0; written < bytes; written += len(value) {
-			n++
-			if err := db.Update(func(txn *badger.Txn) error {
-				return txn.Set(binary.BigEndian.AppendUint64(nil, uint64(n)), value)
-			}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-
+	write := writer(t, db, 4<<10)
 	write(3 << 20) // several value-log files
 	all, newest := logFiles()
 	if len(all) < 3 {
@@ -64,19 +44,19 @@ func TestBadgerSyncerCoversRotatedFiles(t *testing.T) {
 	if err := s.sync(); err != nil {
 		t.Fatal(err)
 	}
-	slices.Sort(got)
-	if !slices.Equal(got, all) {
-		t.Fatalf("first sync covered %v, want every log file %v", got, all)
+	slices.Sort(*got)
+	if !slices.Equal(*got, all) {
+		t.Fatalf("first sync covered %v, want every log file %v", *got, all)
 	}
 	// Nothing written since: only the files Badger still writes.
 	if err := s.sync(); err != nil {
 		t.Fatal(err)
 	}
-	slices.Sort(got)
+	slices.Sort(*got)
 	want := []string{newest[".mem"], newest[".vlog"]}
 	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Fatalf("second sync covered %v, want only the current files %v", got, want)
+	if !slices.Equal(*got, want) {
+		t.Fatalf("second sync covered %v, want only the current files %v", *got, want)
 	}
 	if s.listings != 1 {
 		t.Fatalf("%d directory listings: without a rotation the second sync must not list", s.listings)
@@ -88,8 +68,8 @@ func TestBadgerSyncerCoversRotatedFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range want {
-		if _, err := os.Stat(p); err == nil && !slices.Contains(got, p) {
-			t.Fatalf("sync after rotation covered %v, missing %s (current at the last sync)", got, p)
+		if _, err := os.Stat(p); err == nil && !slices.Contains(*got, p) {
+			t.Fatalf("sync after rotation covered %v, missing %s (current at the last sync)", *got, p)
 		}
 	}
 	if s.listings != 2 {
@@ -105,33 +85,14 @@ func TestBadgerSyncerCoversRotatedFiles(t *testing.T) {
 // current one: the next sync must find and sync it.
 func TestBadgerSyncerDoubleRotationWithFlush(t *testing.T) {
 	dir := t.TempDir()
-	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil).
-		WithMemTableSize(1 << 20).WithNumMemtables(5).WithValueThreshold(1 << 10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	s := newBadgerSyncer(db)
-	defer s.close()
-	var got []string
-	s.synced = func(paths []string) { got = slices.Clone(paths) }
+	db, s, got := openSyncerTest(t, badger.DefaultOptions(dir).
+		WithMemTableSize(1<<20).WithNumMemtables(5).WithValueThreshold(1<<10))
 	mems := func() []string {
 		m, _ := filepath.Glob(filepath.Join(dir, "*.mem"))
 		slices.Sort(m)
 		return m
 	}
-	n := 0
-	write := func(bytes int) {
-		value := make([]byte, 512) // below the threshold: in the memtable and its WAL
-		for written := 0; written < bytes; written += len(value) {
-			n++
-			if err := db.Update(func(txn *badger.Txn) error {
-				return txn.Set(binary.BigEndian.AppendUint64(nil, uint64(n)), value)
-			}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	write := writer(t, db, 512) // below the threshold: in the memtable and its WAL
 	write(1 << 10)
 	time.Sleep(2 * mtimeSlack)
 	if err := s.sync(); err != nil {
@@ -162,7 +123,41 @@ func TestBadgerSyncerDoubleRotationWithFlush(t *testing.T) {
 	if err := s.sync(); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(got, newest) {
-		t.Fatalf("sync after two rotations and a flush covered %v, not the current WAL %s (last listed %s)", got, newest, last)
+	if !slices.Contains(*got, newest) {
+		t.Fatalf("sync after two rotations and a flush covered %v, not the current WAL %s (last listed %s)", *got, newest, last)
+	}
+}
+
+// openSyncerTest opens a DB with o and a syncer on it whose syncs record
+// their files in *got; both close with the test.
+func openSyncerTest(t *testing.T, o badger.Options) (*badger.DB, *badgerSyncer, *[]string) {
+	t.Helper()
+	db, err := badger.Open(o.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s := newBadgerSyncer(db)
+	t.Cleanup(s.close)
+	got := new([]string)
+	s.synced = func(paths []string) { *got = slices.Clone(paths) }
+	return db, s, got
+}
+
+// writer returns a function writing about bytes to db in values of size
+// bytes each, one transaction per value, under fresh keys.
+func writer(t *testing.T, db *badger.DB, size int) func(bytes int) {
+	n := 0
+	value := make([]byte, size)
+	return func(bytes int) {
+		t.Helper()
+		for written := 0; written < bytes; written += size {
+			n++
+			if err := db.Update(func(txn *badger.Txn) error {
+				return txn.Set(binary.BigEndian.AppendUint64(nil, uint64(n)), value)
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

@@ -435,27 +435,28 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 // appendDurable writes edits (and staged writes) and waits until they are
 // durable, without holding c.mu, so that concurrent callers share one sync.
 func (c *Coordinator) appendDurable(e Edit, writes []Write) error {
-	if c.log == nil {
-		return nil
-	}
-	err := c.log.Append(&Batch{Edits: []Edit{e}, Writes: writes, Wait: true})
-	if errors.Is(err, ErrTooLarge) {
-		return err // refused whole: nothing was written
-	}
-	if err != nil {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.failLocked(err)
-	}
-	c.noteLogged(false)
-	return nil
+	_, err := c.appendLogged(e, writes, false)
+	return err
 }
 
-// appendDeferred writes e (and writes) without waiting for the sync.
-func (c *Coordinator) appendDeferred(dl DeferredLog, e Edit, writes []Write) (Pending, error) {
-	ticket, err := dl.AppendDeferred(&Batch{Edits: []Edit{e}, Writes: writes, Wait: true})
+// appendLogged writes e (and writes) without holding c.mu. Deferred, with a
+// DeferredLog, it returns before the sync with a Pending to wait on;
+// otherwise once durable. On an error other than ErrTooLarge (refused whole,
+// nothing written) the outcome is unknown and the coordinator stops.
+func (c *Coordinator) appendLogged(e Edit, writes []Write, deferred bool) (Pending, error) {
+	if c.log == nil {
+		return Pending{}, nil
+	}
+	b := &Batch{Edits: []Edit{e}, Writes: writes, Wait: true}
+	var ticket uint64
+	var err error
+	if dl, ok := c.log.(DeferredLog); ok && deferred {
+		ticket, err = dl.AppendDeferred(b)
+	} else {
+		err = c.log.Append(b)
+	}
 	if errors.Is(err, ErrTooLarge) {
-		return Pending{}, err // refused whole: nothing was written
+		return Pending{}, err
 	}
 	if err != nil {
 		c.mu.Lock()
@@ -594,12 +595,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 	c.gate.RLock()
 	// On error the outcome is unknown and the append has stopped the
 	// coordinator rather than guess.
-	var pending Pending
-	if dl, ok := c.log.(DeferredLog); ok && deferred {
-		pending, err = c.appendDeferred(dl, c.committedEdit(st), writes)
-	} else {
-		err = c.appendDurable(c.committedEdit(st), writes)
-	}
+	pending, err := c.appendLogged(c.committedEdit(st), writes, deferred)
 	c.mu.Lock()
 	if err == nil {
 		c.conflicts.commit(st.id, st.keys)
