@@ -88,10 +88,19 @@ type txState struct {
 	committing bool
 	// finalizing: its commit record is being written; it cannot expire now.
 	finalizing bool
+	// logged: its START edit is in the log. A short transaction's START
+	// waits for the first edit recovery needs (CanCommit's COMMITTING or a
+	// checkpoint): until then it has persisted nothing, so a crash may
+	// forget it, and most transactions save a log write (see restore).
+	logged bool
 	// recovered: in progress when the coordinator last stopped. What
 	// committed since it started is not known, so any change key it tries to
 	// commit conflicts, except those it held (passed CanCommit) before.
 	recovered bool
+}
+
+func startEdit(st *txState) Edit {
+	return Edit{Kind: EditStart, TxID: st.id, TxKind: st.kind, Expires: st.expires}
 }
 
 // committedEdit is the COMMITTED edit of st. It carries no change keys:
@@ -255,9 +264,28 @@ func (c *Coordinator) appendLocked(e Edit, wait bool) error {
 	}
 	// One batch reused under mu: logs do not keep it past Append.
 	c.batch.Edits = append(c.batch.Edits[:0], e)
+	return c.appendBatchLocked(wait)
+}
+
+// appendForLocked logs e about st, after st's START if that is not logged
+// yet (in the same write, so that recovery always sees the START first).
+func (c *Coordinator) appendForLocked(st *txState, e Edit, wait bool) error {
+	if c.log == nil {
+		return nil
+	}
+	c.batch.Edits = c.batch.Edits[:0]
+	if !st.logged {
+		c.batch.Edits = append(c.batch.Edits, startEdit(st))
+		st.logged = true
+	}
+	c.batch.Edits = append(c.batch.Edits, e)
+	return c.appendBatchLocked(wait)
+}
+
+func (c *Coordinator) appendBatchLocked(wait bool) error {
 	c.batch.Wait = wait
 	err := c.log.Append(&c.batch)
-	c.batch.Edits[0] = Edit{} // drop references to keys
+	clear(c.batch.Edits) // drop references to keys
 	if err != nil {
 		if errors.Is(err, ErrTooLarge) {
 			return err // refused whole: nothing was written
@@ -302,7 +330,7 @@ func (c *Coordinator) start(kind Kind, timeout time.Duration) (*Tx, error) {
 	// Allocate before taking the lock: under contention nearly every start
 	// follows a commit and so rebuilds the snapshot, and allocating is most
 	// of what that costs. The size is a hint; a short one is cloned anyway.
-	st := &txState{kind: kind, expires: expires}
+	st := &txState{kind: kind, expires: expires, logged: kind == Long}
 	tx := &Tx{Kind: kind}
 	spare := &snapshot{excluded: make([]uint64, 0, c.orderedHint.Load()+8)}
 	c.mu.Lock()
@@ -318,7 +346,11 @@ func (c *Coordinator) start(kind Kind, timeout time.Duration) (*Tx, error) {
 	c.inProgress[id] = st
 	c.ordered = append(c.ordered, id)
 	c.stats.started++
-	c.appendLocked(Edit{Kind: EditStart, TxID: id, TxKind: kind, Expires: expires}, false)
+	if st.logged {
+		// A long transaction's checkpoints and timeout matter to recovery
+		// from the start; a short one is logged at CanCommit.
+		c.appendLocked(startEdit(st), false)
+	}
 	tx.ID, tx.WritePointer, tx.snap = id, id, c.snapshotLocked(spare)
 	return tx, nil
 }
@@ -422,32 +454,33 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 		return err
 	}
 	st.committing = true
+	committing := Edit{Kind: EditCommitting, TxID: st.id, Keys: keys}
 	if c.inline {
 		defer c.mu.Unlock()
-		return c.appendLocked(Edit{Kind: EditCommitting, TxID: st.id, Keys: keys}, true)
+		return c.appendForLocked(st, committing, true)
+	}
+	edits := []Edit{committing}
+	if !st.logged {
+		edits = []Edit{startEdit(st), committing}
+		st.logged = true
 	}
 	c.mu.Unlock()
 	// Participants persist after this returns, so it must be durable: an
 	// unfinished transaction that may have persisted is invalidated on recovery.
-	return c.appendDurable(Edit{Kind: EditCommitting, TxID: st.id, Keys: keys}, nil)
-}
-
-// appendDurable writes edits (and staged writes) and waits until they are
-// durable, without holding c.mu, so that concurrent callers share one sync.
-func (c *Coordinator) appendDurable(e Edit, writes []Write) error {
-	_, err := c.appendLogged(e, writes, false)
+	_, err = c.appendLogged(edits, nil, false)
 	return err
 }
 
-// appendLogged writes e (and writes) without holding c.mu. Deferred, with a
+// appendLogged writes edits (and writes) without holding c.mu, so that
+// concurrent callers share one sync. Deferred, with a
 // DeferredLog, it returns before the sync with a Pending to wait on;
 // otherwise once durable. On an error other than ErrTooLarge (refused whole,
 // nothing written) the outcome is unknown and the coordinator stops.
-func (c *Coordinator) appendLogged(e Edit, writes []Write, deferred bool) (Pending, error) {
+func (c *Coordinator) appendLogged(edits []Edit, writes []Write, deferred bool) (Pending, error) {
 	if c.log == nil {
 		return Pending{}, nil
 	}
-	b := &Batch{Edits: []Edit{e}, Writes: writes, Wait: true}
+	b := &Batch{Edits: edits, Writes: writes, Wait: true}
 	var ticket uint64
 	var err error
 	if dl, ok := c.log.(DeferredLog); ok && deferred {
@@ -595,7 +628,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 	c.gate.RLock()
 	// On error the outcome is unknown and the append has stopped the
 	// coordinator rather than guess.
-	pending, err := c.appendLogged(c.committedEdit(st), writes, deferred)
+	pending, err := c.appendLogged([]Edit{c.committedEdit(st)}, writes, deferred)
 	c.mu.Lock()
 	if err == nil {
 		c.conflicts.commit(st.id, st.keys)
@@ -660,7 +693,9 @@ func (c *Coordinator) Abort(tx *Tx) error {
 	}
 	c.finishLocked(st)
 	c.stats.aborted++
-	c.appendLocked(Edit{Kind: EditAborted, TxID: st.id, Pointers: st.loggedPointers()}, false)
+	if st.logged { // else the log never heard of it
+		c.appendLocked(Edit{Kind: EditAborted, TxID: st.id, Pointers: st.loggedPointers()}, false)
+	}
 	return nil
 }
 
@@ -715,7 +750,7 @@ func (c *Coordinator) Checkpoint(tx *Tx) (*Tx, error) {
 	st.pointers = append(st.pointers, p)
 	c.ordered = append(c.ordered, p)
 	// The checkpoint may persist data: recovery must know the pointer.
-	if err := c.appendLocked(Edit{Kind: EditCheckpoint, TxID: st.id, Pointer: p}, true); err != nil {
+	if err := c.appendForLocked(st, Edit{Kind: EditCheckpoint, TxID: st.id, Pointer: p}, true); err != nil {
 		return nil, err
 	}
 	next := *tx

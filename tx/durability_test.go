@@ -45,8 +45,10 @@ func crash(c *Coordinator) {
 
 type scene struct {
 	committed, inProgress, committing, invalid *Tx
-	rp                                         uint64
-	maxPointer                                 uint64
+	// forgotten never reached CanCommit: the log never heard of it.
+	forgotten  *Tx
+	rp         uint64
+	maxPointer uint64
 }
 
 // buildScene leaves a coordinator with one of each kind of transaction.
@@ -64,7 +66,9 @@ func buildScene(t *testing.T, c *Coordinator, clk *fakeClock) scene {
 	if err := c.Invalidate(s.invalid); err != nil {
 		t.Fatal(err)
 	}
-	s.inProgress = start(c.StartShort(time.Hour))
+	// Long: logged from its start (a short one only from CanCommit).
+	s.inProgress = start(c.StartLong())
+	s.forgotten = start(c.StartShort(time.Hour))
 	s.committing = start(c.StartShort(time.Hour))
 	if err := c.CanCommit(s.committing, [][]byte{[]byte("k2")}); err != nil {
 		t.Fatal(err)
@@ -82,7 +86,9 @@ func buildScene(t *testing.T, c *Coordinator, clk *fakeClock) scene {
 	return s
 }
 
-func checkScene(t *testing.T, c *Coordinator, s scene) {
+// checkScene checks a coordinator recovered from buildScene's log; with
+// fromSnapshot, from a snapshot taken after it, which still knew forgotten.
+func checkScene(t *testing.T, c *Coordinator, s scene, fromSnapshot bool) {
 	t.Helper()
 	if rp := c.ReadPointer(); rp != s.rp {
 		t.Errorf("read pointer = %d, want %d", rp, s.rp)
@@ -90,8 +96,19 @@ func checkScene(t *testing.T, c *Coordinator, s scene) {
 	if got := c.InvalidList(); !slices.Equal(got, []uint64{s.invalid.ID}) {
 		t.Errorf("invalid = %v, want [%d]", got, s.invalid.ID)
 	}
-	if got := c.InProgress(); !slices.Equal(got, []uint64{s.inProgress.ID, s.committing.ID}) {
-		t.Errorf("in progress = %v, want [%d %d]", got, s.inProgress.ID, s.committing.ID)
+	want := []uint64{s.inProgress.ID, s.committing.ID}
+	if fromSnapshot {
+		want = []uint64{s.inProgress.ID, s.forgotten.ID, s.committing.ID}
+	}
+	if got := c.InProgress(); !slices.Equal(got, want) {
+		t.Errorf("in progress = %v, want %v", got, want)
+	}
+	if !fromSnapshot {
+		// It had persisted nothing (participants persist after CanCommit),
+		// so forgetting it is safe; its client learns at its next call.
+		if err := c.CanCommit(s.forgotten, nil); !errors.Is(err, ErrNotInProgress) {
+			t.Errorf("CanCommit of a transaction the log never heard of = %v, want ErrNotInProgress", err)
+		}
 	}
 	tx := must[*Tx](t)(c.StartShort(time.Minute))
 	if tx.ID <= s.maxPointer {
@@ -140,7 +157,7 @@ func TestRecoveryFromLog(t *testing.T) {
 	crash(c)
 	c2 := openFileCoord(t, dir, Options{Now: clk.Now})
 	defer c2.Close()
-	checkScene(t, c2, s)
+	checkScene(t, c2, s, false)
 }
 
 func TestRecoveryFromSnapshotAndLog(t *testing.T) {
@@ -165,10 +182,10 @@ func TestRecoveryFromSnapshotAndLog(t *testing.T) {
 	crash(c)
 	c2 := openFileCoord(t, dir, Options{Now: clk.Now})
 	defer c2.Close()
-	checkScene(t, c2, s)
+	checkScene(t, c2, s, true)
 
 	// Recovered in-progress transactions still expire.
-	clk.Advance(2 * time.Hour)
+	clk.Advance(25 * time.Hour)
 	c2.ExpireTimedOut()
 	if len(c2.InProgress()) != 0 || !slices.Contains(c2.InvalidList(), s.inProgress.ID) {
 		t.Errorf("in progress %v invalid %v", c2.InProgress(), c2.InvalidList())
@@ -459,5 +476,28 @@ func TestBadgerLogTooLargeKeepsOthersEdits(t *testing.T) {
 	want := []string{fmt.Sprintf("%d:7", EditStart), fmt.Sprintf("%d:7", EditAborted)}
 	if !slices.Equal(got, want) {
 		t.Fatalf("recovered edits %v, want %v (the start of 7 kept, the refused commit of 9 gone)", got, want)
+	}
+}
+
+// A short transaction's START waits for CanCommit, except that a checkpoint
+// (which may persist data under its new pointer) logs it at once: recovery
+// must know both pointers, or it could not keep the checkpoint's data hidden.
+func TestShortCheckpointLogsStart(t *testing.T) {
+	dir := t.TempDir()
+	clk := newFakeClock()
+	c := openFileCoord(t, dir, Options{Now: clk.Now})
+	tx := must[*Tx](t)(c.StartShort(time.Hour))
+	cp, err := c.Checkpoint(tx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crash(c)
+	c2 := openFileCoord(t, dir, Options{Now: clk.Now, EndRecoveredTransactions: true})
+	defer c2.Close()
+	if got, want := c2.InvalidList(), []uint64{tx.ID, cp.WritePointer}; !slices.Equal(got, want) {
+		t.Fatalf("invalid after recovery = %v, want %v", got, want)
+	}
+	if next := must[*Tx](t)(c2.StartShort(time.Minute)); next.Visible(cp.WritePointer) {
+		t.Error("the checkpoint's pointer is visible after recovery")
 	}
 }

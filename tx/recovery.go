@@ -30,7 +30,10 @@ func (c *Coordinator) stateLocked() *State {
 //
 // Transactions in progress at the crash stay in progress with their original
 // expiry, so a client that survived the crash (a remote participant) can still
-// finish them; the sweeper invalidates the rest when they expire. Those that
+// finish them; the sweeper invalidates the rest when they expire. A short
+// transaction is in the log only from CanCommit (or a checkpoint) on: one
+// that had not got there had persisted nothing, is forgotten, and its
+// client's next call gets ErrNotInProgress. Those that
 // had passed CanCommit hold their keys again. For the others, what committed
 // after they started is not kept (snapshots and COMMITTED edits carry no
 // keys, which keeps both small), so any change key they try to commit
@@ -81,7 +84,10 @@ func (c *Coordinator) replay(e Edit) {
 		c.reserved = max(c.reserved, e.Pointer)
 	case EditStart:
 		bump(e.TxID)
-		// A start is always logged before anything else about its transaction.
+		// A START comes before any other edit recovery keeps of its
+		// transaction (COMMITTING, CHECKPOINT); a COMMITTED, ABORTED or
+		// INVALID may come without one (a short transaction the log never
+		// heard of), and then only moves the pointers.
 		c.inProgress[e.TxID] = &txState{id: e.TxID, kind: e.TxKind, expires: e.Expires}
 	case EditCheckpoint:
 		bump(e.Pointer)
