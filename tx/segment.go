@@ -71,8 +71,10 @@ func (s *segment) prefaultAhead() {
 	if s.off+prefaultChunk/2 <= s.faulted || s.faulted >= len(s.mm) {
 		return
 	}
-	from := s.faulted
-	s.faulted = min(max(from, s.off)+prefaultChunk, len(s.mm))
+	// madvise wants a page-aligned start (an unaligned one fails with
+	// EINVAL, which is ignored): faulted stays on page boundaries.
+	from := max(s.faulted, s.off&^(os.Getpagesize()-1))
+	s.faulted = min(from+prefaultChunk, len(s.mm))
 	region := s.mm[from:s.faulted]
 	s.prefaults.Add(1)
 	go func() {
