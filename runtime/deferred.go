@@ -12,9 +12,9 @@ import "fmt"
 // outside the store (a StepObserver: the HTTP and stdin sources, the stdout
 // sink; a Publisher: the file sink) always commit with Finish.
 //
-// A killed process loses nothing written. What a power loss can undo —
-// the app's last steps, and in a rare case a step whose input it lost —
-// is in specs/guarantees.md; that is why it is opt-in.
+// A killed process loses nothing written. A power loss can undo the app's
+// last steps (a suffix: never one that a surviving step read), which the
+// HTTP reads may have shown; specs/guarantees.md. That is why it is opt-in.
 const maxDeferred = 8
 
 // canDefer reports whether the instance's steps may commit deferred: the

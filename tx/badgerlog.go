@@ -38,8 +38,11 @@ type BadgerLog struct {
 	seq     uint64 // next log key
 	pending []byte // edits of unwaited appends, written with the next waited one
 
-	sync    bool
-	syncer  *badgerSyncer
+	sync   bool
+	syncer *badgerSyncer
+	// barrier is the DB's SyncAtRotation hook; without it a deferred
+	// commit is not safe on power loss, and AppendDeferred syncs at once.
+	barrier *rotationBarrier
 	smu     sync.Mutex
 	scond   *sync.Cond
 	done    uint64 // waited appends whose Badger commit returned
@@ -60,6 +63,7 @@ func NewBadgerLog(db *badger.DB, opts BadgerLogOptions) (*BadgerLog, error) {
 	l := &BadgerLog{db: db, prefix: append([]byte(nil), p...), sync: opts.Sync}
 	if opts.Sync && !db.Opts().InMemory {
 		l.syncer = newBadgerSyncer(db)
+		l.barrier, _ = db.Opts().Logger.(*rotationBarrier)
 	}
 	l.scond = sync.NewCond(&l.smu)
 	return l, nil
@@ -138,7 +142,8 @@ func (l *BadgerLog) Append(b *Batch) error {
 }
 
 // AppendDeferred implements DeferredLog: Append without the sync. The ticket
-// is 0 when there is nothing to wait for (no sync, or nothing written).
+// is 0 when there is nothing to wait for (no sync, or nothing written, or a
+// DB opened without SyncAtRotation: then it has synced already).
 func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 	l.mu.Lock()
 	others := len(l.pending) // unwaited edits of other transactions
@@ -184,6 +189,10 @@ func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 	l.done++
 	ticket := l.done
 	l.smu.Unlock()
+	if l.barrier == nil {
+		// Not safe to show before its sync (see SyncAtRotation).
+		return 0, l.Durable(ticket)
+	}
 	return ticket, nil
 }
 
@@ -208,6 +217,9 @@ func (l *BadgerLog) Durable(ticket uint64) error {
 		var err error
 		if l.syncer != nil {
 			err = l.syncer.sync()
+		}
+		if err == nil && l.barrier != nil {
+			err = l.barrier.failure()
 		}
 		l.smu.Lock()
 		l.syncing = false

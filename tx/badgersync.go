@@ -24,12 +24,21 @@ import (
 // from kill -9 (the page cache keeps it), lost on power failure — and a value
 // log entry lost under a synced table is a dangling pointer.
 //
-// So the syncer lists the DB's .mem and .vlog files and fdatasyncs, in
-// parallel, every one it has not yet synced since Badger stopped writing it:
-// the current ones, and those rotated away from since the last sync. A file
-// that is not the newest of its kind when listed is no longer written, so
-// once synced it is done. Syncing the WAL and the value log in parallel,
-// rather than one after the other as DB.Sync does, also halves the wait.
+// So the syncer lists the DB's .mem and .vlog files and fdatasyncs every one
+// it has not yet synced since Badger stopped writing it: the current ones,
+// and those rotated away from since the last sync. A file that is not the
+// newest of its kind when listed is no longer written, so once synced it is
+// done.
+//
+// Value logs first, then WALs: a WAL entry of a value over the threshold
+// points into the value log, and Badger replays the WAL without checking
+// that what it points to exists. Synced in parallel (or WAL first, as
+// DB.Sync does), a power loss in the middle of a sync could keep the WAL's
+// new entries and lose the values they point to: after the restart, reading
+// those keys fails. In this order a WAL entry is on disk only if its value
+// is (Badger writes the value before the entry; the kernel's own writeback
+// of dirty pages, seconds later, is the one thing that can still reorder
+// them). Files of one kind sync in parallel.
 type badgerSyncer struct {
 	dirs []string
 	mu   sync.Mutex
@@ -47,6 +56,8 @@ type badgerSyncer struct {
 	listings int                 // directory listings so far
 	// synced, when set (tests), sees the files of each sync.
 	synced func(paths []string)
+	// syncFile makes one file durable: fdatasync (tests record the order).
+	syncFile func(*os.File) error
 }
 
 func newBadgerSyncer(db *badger.DB) *badgerSyncer {
@@ -55,7 +66,11 @@ func newBadgerSyncer(db *badger.DB) *badgerSyncer {
 	if o.ValueDir != "" && filepath.Clean(o.ValueDir) != filepath.Clean(o.Dir) {
 		dirs = append(dirs, o.ValueDir)
 	}
-	return &badgerSyncer{dirs: dirs, done: map[string]bool{}, open: map[string]*os.File{}, current: map[string]logFile{}, stamps: map[string]dirStamp{}}
+	return newDirSyncer(dirs)
+}
+
+func newDirSyncer(dirs []string) *badgerSyncer {
+	return &badgerSyncer{dirs: dirs, done: map[string]bool{}, open: map[string]*os.File{}, current: map[string]logFile{}, stamps: map[string]dirStamp{}, syncFile: fdatasync}
 }
 
 // dirStamp is a directory's modification time when it was listed. trusted:
@@ -200,7 +215,8 @@ func (s *badgerSyncer) syncListed() error {
 	return nil
 }
 
-// fdatasync syncs files in parallel (and tells the test hook which).
+// fdatasync syncs the value-log files, then the WALs (see badgerSyncer),
+// each kind in parallel, and tells the test hook which.
 func (s *badgerSyncer) fdatasync(files []*os.File) error {
 	if s.synced != nil {
 		paths := make([]string, len(files))
@@ -209,7 +225,19 @@ func (s *badgerSyncer) fdatasync(files []*os.File) error {
 		}
 		s.synced(paths)
 	}
-	return fdatasyncAll(files)
+	vlogs := make([]*os.File, 0, len(files))
+	wals := make([]*os.File, 0, len(files))
+	for _, h := range files {
+		if filepath.Ext(h.Name()) == ".vlog" {
+			vlogs = append(vlogs, h)
+		} else {
+			wals = append(wals, h)
+		}
+	}
+	if err := syncAll(vlogs, s.syncFile); err != nil {
+		return err
+	}
+	return syncAll(wals, s.syncFile)
 }
 
 func (s *badgerSyncer) handle(path string) (*os.File, error) {
@@ -224,13 +252,13 @@ func (s *badgerSyncer) handle(path string) (*os.File, error) {
 	return h, nil
 }
 
-// fdatasyncAll syncs the files in parallel.
-func fdatasyncAll(files []*os.File) error {
+// syncAll syncs the files in parallel.
+func syncAll(files []*os.File, syncFile func(*os.File) error) error {
 	switch len(files) {
 	case 0:
 		return nil
 	case 1:
-		return fdatasync(files[0])
+		return syncFile(files[0])
 	}
 	errs := make([]error, len(files))
 	var wg sync.WaitGroup
@@ -238,10 +266,10 @@ func fdatasyncAll(files []*os.File) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i+1] = fdatasync(f)
+			errs[i+1] = syncFile(f)
 		}()
 	}
-	errs[0] = fdatasync(files[0])
+	errs[0] = syncFile(files[0])
 	wg.Wait()
 	return errors.Join(errs...)
 }

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
 )
 
 // A deferred commit is visible to the next transaction before the log's sync
@@ -187,4 +189,47 @@ func (h *syncHeld) start(t *testing.T) *Tx {
 		t.Fatal(err)
 	}
 	return tx
+}
+
+// On a DB opened without SyncAtRotation a deferred commit would not be safe
+// on power loss, so the BadgerLog commits it durably: FinishDeferred returns
+// after the sync, with nothing to wait for, and counts as no deferred commit.
+func TestDeferredWithoutRotationBarrierIsDurable(t *testing.T) {
+	o := badgerTestOptions(t.TempDir(), false)
+	o.Logger = nil // what SyncAtRotation installed
+	db, err := badger.Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	l, err := NewBadgerLog(db, BadgerLogOptions{Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(Options{Log: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tb := stagedTable{newTable(db, "t/")}
+	ctx := c.NewContext(tb)
+	var syncs int
+	l.syncer.synced = func([]string) { syncs++ }
+	for range 3 {
+		if _, err := ctx.Start(time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		tb.Put("k", 1)
+		before := syncs
+		p, err := ctx.FinishDeferred()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.c != nil || syncs == before {
+			t.Fatalf("deferred commit without the rotation barrier: pending %v, syncs %d → %d; want synced before it returned", p.c != nil, before, syncs)
+		}
+	}
+	if got := c.Stats().Deferred; got != 0 {
+		t.Fatalf("Stats.Deferred = %d, want 0", got)
+	}
 }

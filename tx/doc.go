@@ -46,10 +46,11 @@
 // a syncing BadgerLog it returns once the commit is written and visible to
 // the next transactions, and the returned Pending's Wait returns once it is
 // durable. Later commits share the sync; call Wait before telling anything
-// outside the log that the transaction committed. Transactions that read a
-// deferred commit before its sync are exposed to a power-loss window of
-// Badger's multi-file write-ahead log (specs/transactions.md §2); Finish
-// never shows a commit before it is durable.
+// outside the log that the transaction committed. A power loss undoes a
+// suffix of the deferred commits, never one that a surviving commit read,
+// as long as the DB was opened with SyncAtRotation (without it the
+// BadgerLog commits deferred ones durably; specs/transactions.md §2).
+// Finish never shows a commit before it is durable.
 //
 //	p, err := ctx.FinishDeferred() // visible now
 //	// ... next transactions ...

@@ -45,9 +45,11 @@ func must[T any](t testing.TB) func(T, error) T {
 	}
 }
 
+// badgerTestOptions: a DB for BadgerLog tests, deferred commits included
+// (SyncAtRotation; without it they commit durably).
 func badgerTestOptions(dir string, sync bool) badger.Options {
-	return badger.DefaultOptions(dir).WithLogger(nil).WithSyncWrites(sync).
-		WithMemTableSize(16 << 20).WithNumMemtables(2).WithValueThreshold(1 << 10).WithBlockCacheSize(8 << 20)
+	return SyncAtRotation(badger.DefaultOptions(dir).WithLogger(nil).WithSyncWrites(sync).
+		WithMemTableSize(16 << 20).WithNumMemtables(2).WithValueThreshold(1 << 10).WithBlockCacheSize(8 << 20))
 }
 
 func openBadger(t testing.TB, dir string, sync bool) *badger.DB {

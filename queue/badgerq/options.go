@@ -4,6 +4,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 	"github.com/dgraph-io/badger/v4/skl"
+	"github.com/flowrun/flowrun/tx"
 )
 
 // TunedOptions returns Badger options for flowrun's one DB, tuned for queue
@@ -52,10 +53,11 @@ import (
 // backend when Options.Sync is set. Without sync a commit survives a process
 // crash (the OS has the pages), not a machine crash.
 //
-// durable is kept for compatibility and for future tuning; today it changes
-// nothing in the returned options.
+// durable adds tx.SyncAtRotation: one sync when Badger starts a new
+// memtable, which deferred commits (tx.Context.FinishDeferred, the
+// runtime's --defer-commits) need to be safe on power loss; without it the
+// BadgerLog commits them durably.
 func TunedOptions(dir string, durable bool) badger.Options {
-	_ = durable
 	const memTable = 8 << 20
 	o := badger.DefaultOptions(dir).
 		WithSyncWrites(false).
@@ -77,6 +79,9 @@ func TunedOptions(dir string, durable bool) badger.Options {
 	// Badger pools up to 8 builders' buffers, so with doubling the memory
 	// grew with the depth of the LSM, i.e. with the data ever written.
 	o.TableSizeMultiplier = 1
+	if durable {
+		o = tx.SyncAtRotation(o)
+	}
 	return o
 }
 
