@@ -1,7 +1,7 @@
 package tx
 
 import (
-	"path/filepath"
+	"slices"
 	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
@@ -30,12 +30,19 @@ import (
 // (TestSyncAtRotation fails if a Badger upgrade changes it); o's own Logger
 // still gets every message.
 func SyncAtRotation(o badger.Options) badger.Options {
-	dirs := []string{o.Dir}
-	if o.ValueDir != "" && filepath.Clean(o.ValueDir) != filepath.Clean(o.Dir) {
-		dirs = append(dirs, o.ValueDir)
-	}
-	o.Logger = &rotationBarrier{inner: o.Logger, syncer: newDirSyncer(dirs)}
+	o.Logger = &rotationBarrier{inner: o.Logger, syncer: newDirSyncer(badgerDirs(o))}
 	return o
+}
+
+// barrierOf returns db's SyncAtRotation hook, or nil if it has none or one
+// made for other directories (options changed after SyncAtRotation).
+func barrierOf(db *badger.DB) *rotationBarrier {
+	o := db.Opts()
+	r, ok := o.Logger.(*rotationBarrier)
+	if !ok || !slices.Equal(r.syncer.dirs, badgerDirs(o)) {
+		return nil
+	}
+	return r
 }
 
 // badgerRotation is the format of the debug message Badger's write path logs

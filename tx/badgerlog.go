@@ -63,7 +63,7 @@ func NewBadgerLog(db *badger.DB, opts BadgerLogOptions) (*BadgerLog, error) {
 	l := &BadgerLog{db: db, prefix: append([]byte(nil), p...), sync: opts.Sync}
 	if opts.Sync && !db.Opts().InMemory {
 		l.syncer = newBadgerSyncer(db)
-		l.barrier, _ = db.Opts().Logger.(*rotationBarrier)
+		l.barrier = barrierOf(db)
 	}
 	l.scond = sync.NewCond(&l.smu)
 	return l, nil

@@ -61,12 +61,16 @@ type badgerSyncer struct {
 }
 
 func newBadgerSyncer(db *badger.DB) *badgerSyncer {
-	o := db.Opts()
-	dirs := []string{o.Dir}
-	if o.ValueDir != "" && filepath.Clean(o.ValueDir) != filepath.Clean(o.Dir) {
-		dirs = append(dirs, o.ValueDir)
+	return newDirSyncer(badgerDirs(db.Opts()))
+}
+
+// badgerDirs are the directories of a DB's log files.
+func badgerDirs(o badger.Options) []string {
+	dirs := []string{filepath.Clean(o.Dir)}
+	if o.ValueDir != "" && filepath.Clean(o.ValueDir) != dirs[0] {
+		dirs = append(dirs, filepath.Clean(o.ValueDir))
 	}
-	return newDirSyncer(dirs)
+	return dirs
 }
 
 func newDirSyncer(dirs []string) *badgerSyncer {

@@ -274,12 +274,16 @@ func (c *Coordinator) appendForLocked(st *txState, e Edit, wait bool) error {
 		return nil
 	}
 	c.batch.Edits = c.batch.Edits[:0]
-	if !st.logged {
+	starts := !st.logged
+	if starts {
 		c.batch.Edits = append(c.batch.Edits, startEdit(st))
-		st.logged = true
 	}
 	c.batch.Edits = append(c.batch.Edits, e)
-	return c.appendBatchLocked(wait)
+	err := c.appendBatchLocked(wait)
+	if starts && !errors.Is(err, ErrTooLarge) { // refused whole: no START either
+		st.logged = true
+	}
+	return err
 }
 
 func (c *Coordinator) appendBatchLocked(wait bool) error {
@@ -460,14 +464,20 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 		return c.appendForLocked(st, committing, true)
 	}
 	edits := []Edit{committing}
-	if !st.logged {
+	starts := !st.logged
+	if starts {
 		edits = []Edit{startEdit(st), committing}
-		st.logged = true
+		st.logged = true // set now: an Abort racing the write must log its ABORTED
 	}
 	c.mu.Unlock()
 	// Participants persist after this returns, so it must be durable: an
 	// unfinished transaction that may have persisted is invalidated on recovery.
 	_, err = c.appendLogged(edits, nil, false)
+	if starts && errors.Is(err, ErrTooLarge) { // refused whole: no START either
+		c.mu.Lock()
+		st.logged = false
+		c.mu.Unlock()
+	}
 	return err
 }
 

@@ -233,3 +233,25 @@ func TestDeferredWithoutRotationBarrierIsDurable(t *testing.T) {
 		t.Fatalf("Stats.Deferred = %d, want 0", got)
 	}
 }
+
+// A hook made for other directories (options changed after SyncAtRotation)
+// guards nothing: the log treats the DB as one without it.
+func TestRotationBarrierForOtherDirsIgnored(t *testing.T) {
+	o := badgerTestOptions(t.TempDir(), false).WithDir(t.TempDir()).WithValueDir(t.TempDir())
+	db, err := badger.Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if barrierOf(db) != nil {
+		t.Fatal("a rotation hook for other directories was taken for the DB's")
+	}
+	db2, err := badger.Open(badgerTestOptions(t.TempDir(), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	if barrierOf(db2) == nil {
+		t.Fatal("SyncAtRotation's hook not found")
+	}
+}

@@ -501,3 +501,75 @@ func TestShortCheckpointLogsStart(t *testing.T) {
 		t.Error("the checkpoint's pointer is visible after recovery")
 	}
 }
+
+// A transaction recovered from the log is in the log: its next edits must
+// not log a second START, which replay would take for a fresh transaction
+// and so forget the checkpoints before it (their data would turn visible).
+func TestRecoveredTransactionKeepsItsCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	clk := newFakeClock()
+	c := openFileCoord(t, dir, Options{Now: clk.Now})
+	long := must[*Tx](t)(c.StartLong())
+	cp1 := must[*Tx](t)(c.Checkpoint(long))
+	crash(c)
+	c2 := openFileCoord(t, dir, Options{Now: clk.Now})
+	cp2 := must[*Tx](t)(c2.Checkpoint(cp1))
+	other := must[*Tx](t)(c2.StartShort(time.Minute))
+	if err := c2.Commit(other); err != nil {
+		t.Fatal(err)
+	}
+	crash(c2)
+	c3 := openFileCoord(t, dir, Options{Now: clk.Now})
+	defer c3.Close()
+	reader := must[*Tx](t)(c3.StartShort(time.Minute))
+	for _, p := range []uint64{long.ID, cp1.WritePointer, cp2.WritePointer} {
+		if reader.Visible(p) {
+			t.Errorf("pointer %d of the recovered long transaction is visible after a second restart", p)
+		}
+	}
+	if err := c3.Invalidate(cp2); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c3.InvalidList(), []uint64{long.ID, cp1.WritePointer, cp2.WritePointer}; !slices.Equal(got, want) {
+		t.Fatalf("invalid after invalidating it = %v, want %v", got, want)
+	}
+}
+
+// A CanCommit the log refuses whole (ErrTooLarge) wrote no START either: a
+// retried CanCommit must write it, or recovery would not know a transaction
+// whose participants may have persisted.
+func TestCanCommitRetryAfterTooLargeLogsStart(t *testing.T) {
+	dir := t.TempDir()
+	l, err := OpenFileLog(dir, FileLogOptions{Sync: true, SegmentSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(Options{Log: l, ExpiryInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := must[*Tx](t)(c.StartShort(time.Hour))
+	many := make([][]byte, 1000) // 8 KB of key hashes: over the segment
+	for i := range many {
+		many[i] = []byte(fmt.Sprint("k", i))
+	}
+	if err := c.CanCommit(tx, many); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("CanCommit of 1000 keys with 4 KiB segments = %v, want ErrTooLarge", err)
+	}
+	if err := c.CanCommit(tx, [][]byte{[]byte("k")}); err != nil {
+		t.Fatal(err)
+	}
+	crash(c)
+	l2, err := OpenFileLog(dir, FileLogOptions{Sync: true, SegmentSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := Open(Options{Log: l2, ExpiryInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if got := c2.InProgress(); !slices.Equal(got, []uint64{tx.ID}) {
+		t.Fatalf("in progress after recovery = %v, want the committing transaction %d", got, tx.ID)
+	}
+}

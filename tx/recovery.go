@@ -45,8 +45,9 @@ func (c *Coordinator) restore(s *State, edits []Edit) {
 		c.readPointer = s.ReadPointer
 		c.invalid = &invalidList{ids: slices.Clone(s.Invalid)}
 		for _, t := range s.InProgress {
+			// logged: the snapshot (or a later one) is the record from now on.
 			c.inProgress[t.ID] = &txState{
-				id: t.ID, kind: t.Kind, expires: t.Expires,
+				id: t.ID, kind: t.Kind, expires: t.Expires, logged: true,
 				pointers: slices.Clone(t.Pointers), committing: t.Committing, keys: t.Keys,
 			}
 		}
@@ -88,7 +89,9 @@ func (c *Coordinator) replay(e Edit) {
 		// transaction (COMMITTING, CHECKPOINT); a COMMITTED, ABORTED or
 		// INVALID may come without one (a short transaction the log never
 		// heard of), and then only moves the pointers.
-		c.inProgress[e.TxID] = &txState{id: e.TxID, kind: e.TxKind, expires: e.Expires}
+		if _, known := c.inProgress[e.TxID]; !known { // (a snapshot may have it already)
+			c.inProgress[e.TxID] = &txState{id: e.TxID, kind: e.TxKind, expires: e.Expires, logged: true}
+		}
 	case EditCheckpoint:
 		bump(e.Pointer)
 		if st, ok := c.inProgress[e.TxID]; ok {
