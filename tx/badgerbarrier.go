@@ -2,97 +2,134 @@ package tx
 
 import (
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
 )
 
-// SyncAtRotation returns o with a hook that makes Badger's write-ahead log
-// safe for deferred commits (CommitWithDeferred) on power loss. Open every
-// durable DB that takes deferred commits with it: without it a BadgerLog
-// commits deferred ones durably (as CommitWith).
+// SyncHooks returns o with two hooks in Badger's write path that a durable
+// BadgerLog needs to make a power loss take only a suffix of what was
+// written, never an entry without what it points to or depends on. Open
+// every durable DB with it (badgerq.TunedOptions(dir, true) does): without
+// it a BadgerLog commits deferred commits (CommitWithDeferred) durably, and
+// a power loss in the middle of a sync can leave write-ahead entries that
+// point to lost values.
 //
-// Why: Badger keeps its write-ahead log in one file per memtable and, with
-// SyncWrites off, does not sync a file when it moves on to the next; on
-// restart it replays each file on its own, up to its first damaged entry.
-// Within one file a power loss therefore takes a suffix, but across two it
-// could keep a commit in the newer file and lose an earlier one in the older
-// file. A deferred commit is visible before its sync, so a later
-// transaction may have read it: that one surviving without it is an update
-// based on a lost one. The hook runs in Badger's write path at the moment
-// it starts a new memtable, before the first write into it, and syncs every
-// value-log and WAL file written so far (badgerSyncer, value logs first):
-// nothing in the new file can reach the disk without everything before it.
-// Badger already syncs a value-log file when it moves to the next one.
+// The write-ahead gate. Badger writes a batch's large values to the value
+// log, then its entries (keys and value pointers) to the write-ahead log
+// (WAL) of the current memtable, and replays the WAL after a crash without
+// checking that the values exist. A sync that ran while Badger kept writing
+// could make a WAL entry durable whose value was written after the value
+// log's sync had started: a power loss then leaves a key whose value is
+// gone, and reading it fails. With the hook, a batch that reaches its WAL
+// entries while a log sync runs waits for the sync to end (the sync holds
+// the gate, syncing value logs first, then WALs): everything a WAL sync can
+// write points to values the value-log sync covered. Badger keeps writing
+// values meanwhile. The price: commits arriving during a sync reach the WAL
+// after it instead of during it.
 //
-// It costs one sync per memtable (for TunedOptions, every 8 MiB written).
-// The hook recognizes the rotation by the debug message Badger logs there
-// (TestSyncAtRotation fails if a Badger upgrade changes it); o's own Logger
-// still gets every message.
-func SyncAtRotation(o badger.Options) badger.Options {
-	o.Logger = &rotationBarrier{inner: o.Logger, syncer: newDirSyncer(badgerDirs(o))}
+// The rotation barrier. Badger keeps its WAL in one file per memtable and,
+// with SyncWrites off, does not sync a file when it moves on to the next;
+// on restart it replays each file on its own, up to its first damaged
+// entry. Within one file a power loss takes a suffix, but across two it
+// could keep a commit in the newer file and lose an earlier one in the
+// older: a deferred commit is visible before its sync, so the later one
+// may have read it. The hook syncs every value-log and WAL file when
+// Badger starts a new memtable, before anything is written to it (one sync
+// per memtable: every 8 MiB for TunedOptions).
+//
+// What is left is the operating system's own writeback of dirty pages,
+// seconds after a write, which no sync orders; the group syncs leave pages
+// dirty for about a millisecond. The hooks recognize the two places by the
+// debug messages Badger logs there (TestSyncHooks fails if a Badger upgrade
+// changes them); o's own Logger still gets every message.
+func SyncHooks(o badger.Options) badger.Options {
+	o.Logger = &syncHooks{inner: o.Logger, syncer: newDirSyncer(badgerDirs(o))}
 	return o
 }
 
-// barrierOf returns db's SyncAtRotation hook, or nil if it has none or one
-// made for other directories (options changed after SyncAtRotation).
-func barrierOf(db *badger.DB) *rotationBarrier {
-	o := db.Opts()
-	r, ok := o.Logger.(*rotationBarrier)
-	if !ok || !slices.Equal(r.syncer.dirs, badgerDirs(o)) {
-		return nil
-	}
-	return r
-}
+// Debug messages of badger v4's write path (db.go): writeRequests logs the
+// first after writing a batch's values and before its WAL entries;
+// ensureRoomForWrite the second when the memtable is full, just before it
+// makes the next.
+const (
+	badgerWALPhase = "Writing to memtable"
+	badgerRotation = "Flushing memtable, mt.size=%d size of flushChan: %d\n"
+)
 
-// badgerRotation is the format of the debug message Badger's write path logs
-// when the current memtable is full, just before it makes the next one
-// (badger v4 db.go, ensureRoomForWrite).
-const badgerRotation = "Flushing memtable, mt.size=%d size of flushChan: %d\n"
-
-// rotationBarrier is the badger.Logger SyncAtRotation installs.
-type rotationBarrier struct {
-	inner     badger.Logger
-	syncer    *badgerSyncer
+// syncHooks is the badger.Logger SyncHooks installs.
+type syncHooks struct {
+	inner  badger.Logger
+	syncer *badgerSyncer // the rotation barrier's own
+	// gate is held by every log sync (gatedSync); Badger's writer takes it
+	// shared, for an instant, before a batch's WAL entries.
+	gate      sync.RWMutex
 	rotations atomic.Int64 // syncs at rotation so far
 	err       atomic.Pointer[error]
 }
 
-func (r *rotationBarrier) Debugf(format string, args ...any) {
-	if format == badgerRotation {
-		// A failed sync leaves the order unguarded: every later Durable
-		// fails (and stops the coordinator), since the disk failed anyway.
-		if err := r.syncer.sync(); err != nil {
-			r.err.CompareAndSwap(nil, &err)
-		}
-		r.rotations.Add(1)
+// hooksOf returns db's SyncHooks, or nil if it has none or ones made for
+// other directories (options changed after SyncHooks).
+func hooksOf(db *badger.DB) *syncHooks {
+	o := db.Opts()
+	h, ok := o.Logger.(*syncHooks)
+	if !ok || !slices.Equal(h.syncer.dirs, badgerDirs(o)) {
+		return nil
 	}
-	if r.inner != nil {
-		r.inner.Debugf(format, args...)
+	return h
+}
+
+// gatedSync runs sync with the write-ahead gate closed (h may be nil).
+func (h *syncHooks) gatedSync(sync func() error) error {
+	if h == nil {
+		return sync()
+	}
+	h.gate.Lock()
+	defer h.gate.Unlock()
+	return sync()
+}
+
+func (h *syncHooks) Debugf(format string, args ...any) {
+	switch format {
+	case badgerWALPhase:
+		h.gate.RLock() // waits out a running log sync
+		h.gate.RUnlock()
+	case badgerRotation:
+		// On Badger's writer: nothing is written during it. A failed sync
+		// leaves the order unguarded: every later Durable fails (and stops
+		// the coordinator), since the disk failed anyway.
+		if err := h.syncer.sync(); err != nil {
+			h.err.CompareAndSwap(nil, &err)
+		}
+		h.rotations.Add(1)
+	}
+	if h.inner != nil {
+		h.inner.Debugf(format, args...)
 	}
 }
 
-func (r *rotationBarrier) failure() error {
-	if p := r.err.Load(); p != nil {
+func (h *syncHooks) failure() error {
+	if p := h.err.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
 
-func (r *rotationBarrier) Errorf(format string, args ...any) {
-	if r.inner != nil {
-		r.inner.Errorf(format, args...)
+func (h *syncHooks) Errorf(format string, args ...any) {
+	if h.inner != nil {
+		h.inner.Errorf(format, args...)
 	}
 }
 
-func (r *rotationBarrier) Warningf(format string, args ...any) {
-	if r.inner != nil {
-		r.inner.Warningf(format, args...)
+func (h *syncHooks) Warningf(format string, args ...any) {
+	if h.inner != nil {
+		h.inner.Warningf(format, args...)
 	}
 }
 
-func (r *rotationBarrier) Infof(format string, args ...any) {
-	if r.inner != nil {
-		r.inner.Infof(format, args...)
+func (h *syncHooks) Infof(format string, args ...any) {
+	if h.inner != nil {
+		h.inner.Infof(format, args...)
 	}
 }

@@ -40,9 +40,9 @@ type BadgerLog struct {
 
 	sync   bool
 	syncer *badgerSyncer
-	// barrier is the DB's SyncAtRotation hook; without it a deferred
-	// commit is not safe on power loss, and AppendDeferred syncs at once.
-	barrier *rotationBarrier
+	// hooks are the DB's SyncHooks; without them a deferred commit is not
+	// safe on power loss, and AppendDeferred syncs at once.
+	hooks   *syncHooks
 	smu     sync.Mutex
 	scond   *sync.Cond
 	done    uint64 // waited appends whose Badger commit returned
@@ -63,7 +63,7 @@ func NewBadgerLog(db *badger.DB, opts BadgerLogOptions) (*BadgerLog, error) {
 	l := &BadgerLog{db: db, prefix: append([]byte(nil), p...), sync: opts.Sync}
 	if opts.Sync && !db.Opts().InMemory {
 		l.syncer = newBadgerSyncer(db)
-		l.barrier = barrierOf(db)
+		l.hooks = hooksOf(db)
 	}
 	l.scond = sync.NewCond(&l.smu)
 	return l, nil
@@ -143,7 +143,7 @@ func (l *BadgerLog) Append(b *Batch) error {
 
 // AppendDeferred implements DeferredLog: Append without the sync. The ticket
 // is 0 when there is nothing to wait for (no sync, or nothing written, or a
-// DB opened without SyncAtRotation: then it has synced already).
+// DB opened without SyncHooks: then it has synced already).
 func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 	l.mu.Lock()
 	others := len(l.pending) // unwaited edits of other transactions
@@ -189,8 +189,8 @@ func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 	l.done++
 	ticket := l.done
 	l.smu.Unlock()
-	if l.barrier == nil {
-		// Not safe to show before its sync (see SyncAtRotation).
+	if l.hooks == nil {
+		// Not safe to show before its sync (see SyncHooks).
 		return 0, l.Durable(ticket)
 	}
 	return ticket, nil
@@ -216,10 +216,10 @@ func (l *BadgerLog) Durable(ticket uint64) error {
 		l.smu.Unlock()
 		var err error
 		if l.syncer != nil {
-			err = l.syncer.sync()
+			err = l.hooks.gatedSync(l.syncer.sync)
 		}
-		if err == nil && l.barrier != nil {
-			err = l.barrier.failure()
+		if err == nil && l.hooks != nil {
+			err = l.hooks.failure()
 		}
 		l.smu.Lock()
 		l.syncing = false

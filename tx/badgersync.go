@@ -30,15 +30,13 @@ import (
 // newest of its kind when listed is no longer written, so once synced it is
 // done.
 //
-// Value logs first, then WALs: a WAL entry of a value over the threshold
-// points into the value log, and Badger replays the WAL without checking
-// that what it points to exists. Synced in parallel (or WAL first, as
-// DB.Sync does), a power loss in the middle of a sync could keep the WAL's
-// new entries and lose the values they point to: after the restart, reading
-// those keys fails. In this order a WAL entry is on disk only if its value
-// is (Badger writes the value before the entry; the kernel's own writeback
-// of dirty pages, seconds later, is the one thing that can still reorder
-// them). Files of one kind sync in parallel.
+// Value logs first, then WALs, each kind in parallel: a WAL entry of a
+// large value points into the value log, and Badger replays the WAL without
+// checking that the value exists. Synced at once (or WAL first, as DB.Sync
+// does), a power loss in the middle of a sync could keep WAL entries whose
+// values were lost. The order covers what was written before the sync
+// started; with SyncHooks' gate, no WAL entry written during the sync can
+// get ahead of its value either.
 type badgerSyncer struct {
 	dirs []string
 	mu   sync.Mutex
@@ -340,5 +338,5 @@ func SyncBadger(db *badger.DB) error {
 	}
 	s := newBadgerSyncer(db)
 	defer s.close()
-	return s.sync()
+	return hooksOf(db).gatedSync(s.sync)
 }

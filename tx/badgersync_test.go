@@ -197,16 +197,16 @@ func TestBadgerSyncerValueLogFirst(t *testing.T) {
 	}
 }
 
-// SyncAtRotation syncs the WAL Badger is leaving (and the value log) when it
+// SyncHooks syncs the WAL Badger is leaving (and the value log) when it
 // starts a new memtable, before anything is written to the new one. The
 // hook knows the rotation by Badger's debug message: if a Badger upgrade
 // changes it, no rotation is seen here.
-func TestSyncAtRotation(t *testing.T) {
+func TestSyncHooksRotation(t *testing.T) {
 	dir := t.TempDir()
-	o := SyncAtRotation(badger.DefaultOptions(dir).WithLogger(nil).
+	o := SyncHooks(badger.DefaultOptions(dir).WithLogger(nil).
 		WithMemTableSize(1 << 20).WithNumMemtables(5).WithNumLevelZeroTables(10).
 		WithNumLevelZeroTablesStall(20).WithValueThreshold(1 << 10))
-	r := o.Logger.(*rotationBarrier)
+	r := o.Logger.(*syncHooks)
 	newest := func(kind string) string {
 		m, _ := filepath.Glob(filepath.Join(dir, "*"+kind))
 		slices.Sort(m) // zero-padded fids: name order is fid order
@@ -239,6 +239,36 @@ func TestSyncAtRotation(t *testing.T) {
 		}
 	}
 	if err := r.failure(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// While a log sync runs (it holds the gate), Badger's writer may write
+// values but waits before a batch's WAL entries: a write does not return
+// until the sync ends. The hook knows the place by Badger's debug message.
+func TestSyncHooksGate(t *testing.T) {
+	db, err := badger.Open(badgerTestOptions(t.TempDir(), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	h := hooksOf(db)
+	write := func(k string) error {
+		return db.Update(func(txn *badger.Txn) error { return txn.Set([]byte(k), make([]byte, 4<<10)) })
+	}
+	if err := write("before"); err != nil { // the gate is open
+		t.Fatal(err)
+	}
+	h.gate.Lock() // a sync running
+	done := make(chan error, 1)
+	go func() { done <- write("during") }()
+	select {
+	case err := <-done:
+		t.Fatalf("a write went through while a log sync held the gate (err %v): Badger's message %q changed?", err, badgerWALPhase)
+	case <-time.After(100 * time.Millisecond):
+	}
+	h.gate.Unlock()
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 }

@@ -191,12 +191,12 @@ func (h *syncHeld) start(t *testing.T) *Tx {
 	return tx
 }
 
-// On a DB opened without SyncAtRotation a deferred commit would not be safe
+// On a DB opened without SyncHooks a deferred commit would not be safe
 // on power loss, so the BadgerLog commits it durably: FinishDeferred returns
 // after the sync, with nothing to wait for, and counts as no deferred commit.
-func TestDeferredWithoutRotationBarrierIsDurable(t *testing.T) {
+func TestDeferredWithoutSyncHooksIsDurable(t *testing.T) {
 	o := badgerTestOptions(t.TempDir(), false)
-	o.Logger = nil // what SyncAtRotation installed
+	o.Logger = nil // what SyncHooks installed
 	db, err := badger.Open(o)
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +226,7 @@ func TestDeferredWithoutRotationBarrierIsDurable(t *testing.T) {
 			t.Fatal(err)
 		}
 		if p.c != nil || syncs == before {
-			t.Fatalf("deferred commit without the rotation barrier: pending %v, syncs %d → %d; want synced before it returned", p.c != nil, before, syncs)
+			t.Fatalf("deferred commit without SyncHooks: pending %v, syncs %d → %d; want synced before it returned", p.c != nil, before, syncs)
 		}
 	}
 	if got := c.Stats().Deferred; got != 0 {
@@ -234,24 +234,24 @@ func TestDeferredWithoutRotationBarrierIsDurable(t *testing.T) {
 	}
 }
 
-// A hook made for other directories (options changed after SyncAtRotation)
+// Hooks made for other directories (options changed after SyncHooks)
 // guards nothing: the log treats the DB as one without it.
-func TestRotationBarrierForOtherDirsIgnored(t *testing.T) {
+func TestSyncHooksForOtherDirsIgnored(t *testing.T) {
 	o := badgerTestOptions(t.TempDir(), false).WithDir(t.TempDir()).WithValueDir(t.TempDir())
 	db, err := badger.Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if barrierOf(db) != nil {
-		t.Fatal("a rotation hook for other directories was taken for the DB's")
+	if hooksOf(db) != nil {
+		t.Fatal("hooks for other directories were taken for the DB's")
 	}
 	db2, err := badger.Open(badgerTestOptions(t.TempDir(), false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db2.Close()
-	if barrierOf(db2) == nil {
-		t.Fatal("SyncAtRotation's hook not found")
+	if hooksOf(db2) == nil {
+		t.Fatal("SyncHooks not found")
 	}
 }

@@ -48,7 +48,7 @@
 // durable. Later commits share the sync; call Wait before telling anything
 // outside the log that the transaction committed. A power loss undoes a
 // suffix of the deferred commits, never one that a surviving commit read,
-// as long as the DB was opened with SyncAtRotation (without it the
+// as long as the DB was opened with SyncHooks (without them the
 // BadgerLog commits deferred ones durably; specs/transactions.md §2).
 // Finish never shows a commit before it is durable.
 //

@@ -46,9 +46,9 @@ func must[T any](t testing.TB) func(T, error) T {
 }
 
 // badgerTestOptions: a DB for BadgerLog tests, deferred commits included
-// (SyncAtRotation; without it they commit durably).
+// (SyncHooks; without it they commit durably).
 func badgerTestOptions(dir string, sync bool) badger.Options {
-	return SyncAtRotation(badger.DefaultOptions(dir).WithLogger(nil).WithSyncWrites(sync).
+	return SyncHooks(badger.DefaultOptions(dir).WithLogger(nil).WithSyncWrites(sync).
 		WithMemTableSize(16 << 20).WithNumMemtables(2).WithValueThreshold(1 << 10).WithBlockCacheSize(8 << 20))
 }
 

@@ -53,10 +53,12 @@ import (
 // backend when Options.Sync is set. Without sync a commit survives a process
 // crash (the OS has the pages), not a machine crash.
 //
-// durable adds tx.SyncAtRotation: one sync when Badger starts a new
-// memtable, which deferred commits (tx.Context.FinishDeferred, the
-// runtime's --defer-commits) need to be safe on power loss; without it the
-// BadgerLog commits them durably.
+// durable adds tx.SyncHooks: while a log sync runs, Badger's writer waits
+// before writing WAL entries (so no synced entry can point to an unsynced
+// value), and it syncs once when Badger starts a new memtable (which
+// deferred commits — tx.Context.FinishDeferred, the runtime's
+// --defer-commits — need to be safe on power loss; without the hooks the
+// BadgerLog commits them durably).
 func TunedOptions(dir string, durable bool) badger.Options {
 	const memTable = 8 << 20
 	o := badger.DefaultOptions(dir).
@@ -80,7 +82,7 @@ func TunedOptions(dir string, durable bool) badger.Options {
 	// grew with the depth of the LSM, i.e. with the data ever written.
 	o.TableSizeMultiplier = 1
 	if durable {
-		o = tx.SyncAtRotation(o)
+		o = tx.SyncHooks(o)
 	}
 	return o
 }
