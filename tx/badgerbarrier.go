@@ -99,7 +99,7 @@ func (h *syncHooks) Debugf(format string, args ...any) {
 		// On Badger's writer: nothing is written during it. A failed sync
 		// leaves the order unguarded: every later Durable fails (and stops
 		// the coordinator), since the disk failed anyway.
-		if err := h.syncer.sync(); err != nil {
+		if err := h.syncer.syncAtRotation(); err != nil {
 			h.err.CompareAndSwap(nil, &err)
 		}
 		h.rotations.Add(1)

@@ -2,6 +2,7 @@ package tx
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -112,6 +113,66 @@ func (s *badgerSyncer) sync() error {
 		return s.fdatasync(todo)
 	}
 	return s.syncListed()
+}
+
+// syncAtRotation is sync for the moment Badger leaves its memtable (see
+// SyncHooks), which runs on Badger's writer under its DB lock, so it
+// avoids listing the directories (which may hold thousands of tables):
+// the WAL being left is the one Badger made at the previous rotation, the
+// file after the last one synced, and the value log moves on to the next
+// file only when that exists. When a guess fails (the first rotation, a
+// DropAll) it lists.
+func (s *badgerSyncer) syncAtRotation() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mem, okMem := s.current[".mem"]
+	vlog, okVlog := s.current[".vlog"]
+	if !okMem || !okVlog {
+		return s.syncListed()
+	}
+	leaving := mem.next()
+	if _, err := os.Stat(leaving.path); err != nil {
+		return s.syncListed()
+	}
+	files := []logFile{vlog} // the value-log file written so far, then any after it
+	for {
+		n := files[len(files)-1].next()
+		if _, err := os.Stat(n.path); err != nil {
+			break
+		}
+		files = append(files, n)
+	}
+	files = append(files, leaving)
+	todo := make([]*os.File, 0, len(files))
+	for _, f := range files {
+		h, err := s.handle(f.path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return s.syncListed()
+		}
+		if err != nil {
+			return err
+		}
+		todo = append(todo, h)
+	}
+	if err := s.fdatasync(todo); err != nil {
+		return err
+	}
+	// Badger writes neither the old WAL nor the old value logs again.
+	for _, f := range append(files[:len(files)-2:len(files)-2], mem) {
+		if h := s.open[f.path]; h != nil {
+			h.Close()
+			delete(s.open, f.path)
+		}
+	}
+	s.current[".mem"], s.current[".vlog"] = leaving, files[len(files)-2]
+	return nil
+}
+
+// next is the file Badger creates after f (same kind, next id).
+func (f logFile) next() logFile {
+	digits := len(strings.TrimSuffix(filepath.Base(f.path), f.kind))
+	name := fmt.Sprintf("%0*d%s", digits, f.fid+1, f.kind)
+	return logFile{path: filepath.Join(filepath.Dir(f.path), name), kind: f.kind, fid: f.fid + 1}
 }
 
 // unrotated reports whether no file was created or deleted in the DB's

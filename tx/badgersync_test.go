@@ -205,7 +205,7 @@ func TestSyncHooksRotation(t *testing.T) {
 	dir := t.TempDir()
 	o := SyncHooks(badger.DefaultOptions(dir).WithLogger(nil).
 		WithMemTableSize(1 << 20).WithNumMemtables(5).WithNumLevelZeroTables(10).
-		WithNumLevelZeroTablesStall(20).WithValueThreshold(1 << 10))
+		WithNumLevelZeroTablesStall(20).WithValueThreshold(1 << 10).WithValueLogFileSize(1 << 20))
 	r := o.Logger.(*syncHooks)
 	newest := func(kind string) string {
 		m, _ := filepath.Glob(filepath.Join(dir, "*"+kind))
@@ -228,15 +228,26 @@ func TestSyncHooksRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	write := writer(t, db, 512) // under the threshold: into the WAL
-	write(4 << 20)
-	if r.rotations.Load() < 2 {
+	small, large := writer(t, db, 512), writer(t, db, 4<<10)
+	small(2 << 20) // under the threshold: into the WAL, which rotates
+	vlogs, _ := filepath.Glob(filepath.Join(dir, "*.vlog"))
+	large(3 << 20) // into the value log, which moves on to new files meanwhile
+	small(2 << 20)
+	if now, _ := filepath.Glob(filepath.Join(dir, "*.vlog")); len(now) < len(vlogs)+2 {
+		t.Fatalf("value-log files %v → %v: no value-log rotation between memtable rotations to test", vlogs, now)
+	}
+	if r.rotations.Load() < 3 {
 		t.Fatalf("%d syncs at rotation after writing 4 memtables' worth: Badger's rotation message changed?", r.rotations.Load())
 	}
 	for i := 1; i < len(leaving); i++ {
 		if leaving[i] <= leaving[i-1] {
 			t.Fatalf("rotations left %v: each must leave a newer WAL", leaving)
 		}
+	}
+	// Under Badger's DB lock: the directory (all the tables too) is listed
+	// at the first rotation only; later ones find their files by name.
+	if n := r.syncer.listings; n != 1 {
+		t.Fatalf("%d directory listings in %d syncs at rotation, want 1", n, r.rotations.Load())
 	}
 	if err := r.failure(); err != nil {
 		t.Fatal(err)
