@@ -16,7 +16,11 @@ import (
 // testDB opens a DB with the tuned options, scaled down (small value-log
 // files and memtables) so that space reclamation shows within a test.
 func testDB(t testing.TB, dir string) *badger.DB {
-	db, err := badger.Open(TunedOptions(dir, false).WithValueLogFileSize(4 << 20).WithMemTableSize(4 << 20))
+	return testDBDurable(t, dir, false)
+}
+
+func testDBDurable(t testing.TB, dir string, durable bool) *badger.DB {
+	db, err := badger.Open(TunedOptions(dir, durable).WithValueLogFileSize(4 << 20).WithMemTableSize(4 << 20))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,11 +49,16 @@ func dirBytes(dir string) int64 {
 // (BadgerLog) or the general path (in-memory coordinator, Persist/Rollback);
 // mods change the backend's options.
 func newEnv(t *testing.T, fast bool, mods ...func(*Options)) *queuetest.Env {
+	return newEnvDurable(t, fast, false, mods...)
+}
+
+// newEnvDurable is newEnv with durable (synced) commits and backend writes.
+func newEnvDurable(t *testing.T, fast, durable bool, mods ...func(*Options)) *queuetest.Env {
 	dir := t.TempDir()
-	db := testDB(t, dir)
+	db := testDBDurable(t, dir, durable)
 	var log tx.Log
 	if fast {
-		bl, err := tx.NewBadgerLog(db, tx.BadgerLogOptions{})
+		bl, err := tx.NewBadgerLog(db, tx.BadgerLogOptions{Sync: durable})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +68,7 @@ func newEnv(t *testing.T, fast bool, mods ...func(*Options)) *queuetest.Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Coordinator: coord, FastPath: fast, EvictInterval: 20e6, ReclaimBytes: 4 << 20, GCInterval: 500e6}
+	opts := Options{Coordinator: coord, FastPath: fast, Sync: durable, EvictInterval: 20e6, ReclaimBytes: 4 << 20, GCInterval: 500e6}
 	for _, m := range mods {
 		m(&opts)
 	}
@@ -77,6 +86,12 @@ func newEnv(t *testing.T, fast bool, mods ...func(*Options)) *queuetest.Env {
 
 func TestConformanceFastPath(t *testing.T) {
 	queuetest.Run(t, func(t *testing.T) *queuetest.Env { return newEnv(t, true) })
+}
+
+// Durable: the same suite with synced commits, SyncHooks and value-log GC
+// that holds rewritten files until they are synced (gc).
+func TestConformanceFastPathDurable(t *testing.T) {
+	queuetest.Run(t, func(t *testing.T) *queuetest.Env { return newEnvDurable(t, true, true) })
 }
 
 func TestConformanceGeneralPath(t *testing.T) {

@@ -144,7 +144,25 @@ func (b *Backend) flushMemtables() error {
 
 const flushWait = 10 * time.Second
 
-func (b *Backend) gc() error {
+// gc runs value-log GC until it finds nothing to rewrite. Badger rewrites
+// a file's live values into the current value log and then deletes the
+// file, without a sync in between (SyncWrites off): the delete could reach
+// the disk before the rewritten values, and a power loss would lose them.
+// With Sync, an iterator held open across the GC keeps Badger from deleting
+// rewritten files (it defers them until the last iterator closes) until
+// they are synced.
+func (b *Backend) gc() (err error) {
+	if b.opts.Sync && !b.db.Opts().InMemory {
+		txn := b.db.NewTransaction(false)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte("\x00gc-hold/")})
+		defer func() {
+			if serr := b.sync(); err == nil {
+				err = serr
+			}
+			it.Close() // the rewritten files are deleted now, if nothing else iterates
+			txn.Discard()
+		}()
+	}
 	for {
 		err := b.db.RunValueLogGC(b.opts.GCDiscardRatio)
 		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
