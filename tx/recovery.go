@@ -32,8 +32,9 @@ func (c *Coordinator) stateLocked() *State {
 // expiry, so a client that survived the crash (a remote participant) can still
 // finish them; the sweeper invalidates the rest when they expire. A short
 // transaction is in the log only from CanCommit (or a checkpoint) on: one
-// that had not got there had persisted nothing, is forgotten, and its
-// client's next call gets ErrNotInProgress. Those that
+// that had not got there had persisted nothing, is forgotten (unless a
+// snapshot caught it in progress), and its client's next call gets
+// ErrNotInProgress. Those that
 // had passed CanCommit hold their keys again. For the others, what committed
 // after they started is not kept (snapshots and COMMITTED edits carry no
 // keys, which keeps both small), so any change key they try to commit
