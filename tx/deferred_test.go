@@ -147,9 +147,10 @@ type syncHeld struct {
 	once    sync.Once
 }
 
-func newSyncHeld(t *testing.T) *syncHeld {
+// openSyncedLog opens a coordinator over a syncing BadgerLog in db (closed
+// with the test, after the coordinator's own cleanups).
+func openSyncedLog(t *testing.T, db *badger.DB) (*BadgerLog, *Coordinator) {
 	t.Helper()
-	db := openBadger(t, t.TempDir(), false)
 	t.Cleanup(func() { db.Close() })
 	l, err := NewBadgerLog(db, BadgerLogOptions{Sync: true})
 	if err != nil {
@@ -159,6 +160,13 @@ func newSyncHeld(t *testing.T) *syncHeld {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l, c
+}
+
+func newSyncHeld(t *testing.T) *syncHeld {
+	t.Helper()
+	db := openBadger(t, t.TempDir(), false)
+	l, c := openSyncedLog(t, db)
 	h := &syncHeld{l: l, c: c, tb: stagedTable{newTable(db, "t/")}, entered: make(chan struct{}, 64), release: make(chan struct{})}
 	h.ctx = c.NewContext(h.tb)
 	t.Cleanup(func() {
@@ -201,15 +209,7 @@ func TestDeferredWithoutSyncHooksIsDurable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
-	l, err := NewBadgerLog(db, BadgerLogOptions{Sync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Open(Options{Log: l})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, c := openSyncedLog(t, db)
 	defer c.Close()
 	tb := stagedTable{newTable(db, "t/")}
 	ctx := c.NewContext(tb)
