@@ -108,7 +108,10 @@ type Backend struct {
 	produced    atomic.Int64 // payload bytes committed by producers since Open
 	wroteBack   atomic.Int64 // writeback syncs so far (tests)
 	reclaimedAt atomic.Int64 // freed when the last reclaim started
-	reclaimMu   sync.Mutex
+	// followUps: reclaims still to run on GC ticks after one whose GC
+	// collected nothing (see the GC tick in loop).
+	followUps atomic.Int32
+	reclaimMu sync.Mutex
 }
 
 var _ queue.Backend = (*Backend)(nil)
@@ -628,7 +631,6 @@ func (b *Backend) background() {
 		defer t.Stop()
 		gcC = t.C
 	}
-	followUps := 0         // reclaims still to run after the last one with new frees
 	var lastProduced int64 // producers' bytes at the last eviction tick
 	for {
 		select {
@@ -651,9 +653,9 @@ func (b *Backend) background() {
 			switch {
 			case b.opts.ReclaimBytes > 0 && b.freed.Load() > b.reclaimedAt.Load():
 				_ = b.reclaim()
-				followUps = 3
-			case followUps > 0:
-				followUps--
+				b.followUps.Store(3)
+			case b.followUps.Load() > 0:
+				b.followUps.Add(-1)
 				_ = b.reclaim()
 			default:
 				_ = b.gc()
