@@ -267,18 +267,23 @@ func (c *Coordinator) appendLocked(e Edit, wait bool) error {
 	return c.appendBatchLocked(wait)
 }
 
-// appendForLocked logs e about st, after st's START if that is not logged
-// yet (in the same write, so that recovery always sees the START first).
+// editsFor appends e about st to dst, after st's START if that is not
+// logged yet (in the same write, so that recovery always sees the START
+// first); starts says whether it did.
+func editsFor(dst []Edit, st *txState, e Edit) (edits []Edit, starts bool) {
+	if starts = !st.logged; starts {
+		dst = append(dst, startEdit(st))
+	}
+	return append(dst, e), starts
+}
+
+// appendForLocked logs e about st (editsFor) while holding mu.
 func (c *Coordinator) appendForLocked(st *txState, e Edit, wait bool) error {
 	if c.log == nil {
 		return nil
 	}
-	c.batch.Edits = c.batch.Edits[:0]
-	starts := !st.logged
-	if starts {
-		c.batch.Edits = append(c.batch.Edits, startEdit(st))
-	}
-	c.batch.Edits = append(c.batch.Edits, e)
+	var starts bool
+	c.batch.Edits, starts = editsFor(c.batch.Edits[:0], st, e)
 	err := c.appendBatchLocked(wait)
 	if starts && !errors.Is(err, ErrTooLarge) { // refused whole: no START either
 		st.logged = true
@@ -463,12 +468,8 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 		defer c.mu.Unlock()
 		return c.appendForLocked(st, committing, true)
 	}
-	edits := []Edit{committing}
-	starts := !st.logged
-	if starts {
-		edits = []Edit{startEdit(st), committing}
-		st.logged = true // set now: an Abort racing the write must log its ABORTED
-	}
+	edits, starts := editsFor(nil, st, committing)
+	st.logged = true // set now: an Abort racing the write must log its ABORTED
 	c.mu.Unlock()
 	// Participants persist after this returns, so it must be durable: an
 	// unfinished transaction that may have persisted is invalidated on recovery.

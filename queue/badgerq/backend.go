@@ -607,7 +607,8 @@ func (b *Backend) Maintain() error {
 	if err := b.evict(); err != nil {
 		return err
 	}
-	return b.reclaim()
+	_, err := b.reclaim()
+	return err
 }
 
 // Kick asks for an eviction pass soon.
@@ -652,13 +653,13 @@ func (b *Backend) background() {
 			// evictions nothing would ever try again.
 			switch {
 			case b.opts.ReclaimBytes > 0 && b.freed.Load() > b.reclaimedAt.Load():
-				_ = b.reclaim()
+				_, _ = b.reclaim()
 				b.followUps.Store(3)
 			case b.followUps.Load() > 0:
 				b.followUps.Add(-1)
-				_ = b.reclaim()
+				_, _ = b.reclaim()
 			default:
-				_ = b.gc()
+				_, _ = b.gc()
 			}
 		}
 	}

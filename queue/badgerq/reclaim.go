@@ -54,7 +54,7 @@ func (b *Backend) reclaimNow(quiet bool) error {
 		return nil
 	}
 	if quiet || b.freed.Load()-b.reclaimedAt.Load() >= overdueFactor*b.opts.ReclaimBytes {
-		collected, err := b.reclaimCount()
+		collected, err := b.reclaim()
 		if err == nil && collected == 0 {
 			// Badger's discard statistics or read watermark may have
 			// lagged the compaction: the next GC ticks try again.
@@ -62,17 +62,13 @@ func (b *Backend) reclaimNow(quiet bool) error {
 		}
 		return err
 	}
-	return b.gc()
-}
-
-// reclaim gives the space of deleted entries back to the file system.
-func (b *Backend) reclaim() error {
-	_, err := b.reclaimCount()
+	_, err := b.gc()
 	return err
 }
 
-// reclaimCount is reclaim, counting the value-log files GC rewrote.
-func (b *Backend) reclaimCount() (int, error) {
+// reclaim gives the space of deleted entries back to the file system and
+// says how many value-log files its GC rewrote.
+func (b *Backend) reclaim() (int, error) {
 	b.reclaimMu.Lock()
 	defer b.reclaimMu.Unlock()
 	mark := b.freed.Load()
@@ -82,7 +78,7 @@ func (b *Backend) reclaimCount() (int, error) {
 	if err := b.db.Flatten(1); err != nil {
 		return 0, err
 	}
-	collected, err := b.gcCount()
+	collected, err := b.gc()
 	if err != nil {
 		return collected, err
 	}
@@ -172,13 +168,9 @@ const flushWait = 10 * time.Second
 // With Sync, an iterator held open across the GC keeps Badger from deleting
 // rewritten files (it defers them until the last iterator closes) until
 // they are synced.
-func (b *Backend) gc() error {
-	_, err := b.gcCount()
-	return err
-}
-
-// gcCount is gc, counting the value-log files it rewrote.
-func (b *Backend) gcCount() (collected int, err error) {
+//
+// It returns how many files it rewrote.
+func (b *Backend) gc() (collected int, err error) {
 	if b.opts.Sync && !b.db.Opts().InMemory {
 		txn := b.db.NewTransaction(false)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte("\x00gc-hold/")})
