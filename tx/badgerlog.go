@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -49,6 +51,30 @@ type BadgerLog struct {
 	synced  uint64 // of those, how many a finished sync covers
 	syncing bool
 	syncErr error
+
+	// Gathering (see gatherLocked), under smu but for gathering.
+	siblings  func() int64 // the coordinator's count; nil: never gather
+	gathering atomic.Bool  // a leader is holding its sync back
+	urgent    uint64       // latest ticket of an impatient append
+	syncAvg   time.Duration
+	fruitless int // gathers in a row that nobody joined
+	skip      int // syncs left to run without gathering
+	// gatherFor, when set (tests), replaces the bound of one average sync.
+	gatherFor time.Duration
+	gathers   gatherStats
+	syncs     uint64
+}
+
+// gatherStats count gathers: begun, joined by at least one append, and
+// ended by their time limit (the rest ended when nobody was left to wait
+// for, or for an impatient append).
+type gatherStats struct{ held, joined, expired uint64 }
+
+// syncCounts implements syncCounter.
+func (l *BadgerLog) syncCounts() (syncs, gathers, joined uint64) {
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	return l.syncs, l.gathers.held, l.gathers.joined
 }
 
 // NewBadgerLog returns a log in db. Pass it as Options.Log to Open.
@@ -188,6 +214,12 @@ func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 	l.smu.Lock()
 	l.done++
 	ticket := l.done
+	if !b.Patient {
+		l.urgent = ticket
+	}
+	if l.gathering.Load() {
+		l.scond.Broadcast() // the leader counts who joined
+	}
 	l.smu.Unlock()
 	if l.hooks == nil {
 		// Not safe to show before its sync (see SyncHooks).
@@ -212,17 +244,24 @@ func (l *BadgerLog) Durable(ticket uint64) error {
 			continue
 		}
 		l.syncing = true
+		if l.syncer != nil {
+			l.syncs++
+		}
+		l.gatherLocked()
 		target := l.done
 		l.smu.Unlock()
 		var err error
+		began := time.Now()
 		if l.syncer != nil {
 			err = l.hooks.gatedSync(l.syncer.sync)
 		}
+		took := time.Since(began)
 		if err == nil && l.hooks != nil {
 			err = l.hooks.failure()
 		}
 		l.smu.Lock()
 		l.syncing = false
+		l.syncAvg = (7*l.syncAvg + took) / 8
 		if err != nil {
 			l.syncErr = fmt.Errorf("tx: badger log sync: %w", err)
 		} else {
@@ -231,6 +270,96 @@ func (l *BadgerLog) Durable(ticket uint64) error {
 		l.scond.Broadcast()
 	}
 	return l.syncErr
+}
+
+// watchSiblings implements siblingWatcher: a syncing log gathers.
+func (l *BadgerLog) watchSiblings(count func() int64) bool {
+	if l.syncer == nil {
+		return false
+	}
+	l.smu.Lock()
+	l.siblings = count
+	l.smu.Unlock()
+	return true
+}
+
+// siblingLeft implements siblingWatcher.
+func (l *BadgerLog) siblingLeft() {
+	if l.gathering.Load() {
+		l.smu.Lock()
+		l.scond.Broadcast()
+		l.smu.Unlock()
+	}
+}
+
+// Gathering limits. A gather that nobody joins costs its leader up to one
+// sync time; after fruitlessLimit of them in a row the log stops gathering
+// for skipAfterFruitless syncs (transactions that sit idle, or commit
+// rarely, then cost almost nothing), then tries again.
+const (
+	maxGather          = 2 * time.Millisecond
+	maxGatherSiblings  = 8
+	fruitlessLimit     = 3
+	skipAfterFruitless = 32
+)
+
+// gatherLocked is called by a sync's leader, with smu held and syncing set,
+// before it takes its target. Group commit alone starts a sync the moment
+// the first commit asks, so a commit written a few microseconds later waits
+// for that sync and then its own: two commits that alternate (a producer
+// and its consumer, each waiting for its own commit before the next step)
+// then cost a sync each. When short transactions are in progress that have
+// not begun their commit's write (the coordinator's count), the leader waits
+// for them to write or end, at most one average sync time (beyond that,
+// letting them wait for the next sync costs no more) — what PostgreSQL's
+// commit_delay with commit_siblings does, with the delay bounded by the
+// measured sync and cut short when the last expected sibling arrives. It
+// gathers only for a few siblings (maxGatherSiblings): with many goroutines
+// committing, group commit already fills each sync with what arrived during
+// the last one, and a leader waiting for the last of many would stretch
+// every cycle while each goroutine commits at most once per cycle. An
+// impatient append (made under the coordinator's lock) never waits.
+func (l *BadgerLog) gatherLocked() {
+	limit := min(l.syncAvg, maxGather)
+	if l.gatherFor > 0 {
+		limit = l.gatherFor
+	}
+	if l.siblings == nil || limit == 0 || l.urgent > l.synced {
+		return
+	}
+	if l.skip > 0 {
+		l.skip--
+		return
+	}
+	if n := l.siblings(); n == 0 || n > maxGatherSiblings {
+		return
+	}
+	l.gathers.held++
+	deadline := time.Now().Add(limit)
+	from := l.done
+	l.gathering.Store(true)
+	timer := time.AfterFunc(limit, func() {
+		l.smu.Lock()
+		l.scond.Broadcast()
+		l.smu.Unlock()
+	})
+	for l.siblings() > 0 && l.urgent <= l.synced {
+		if !time.Now().Before(deadline) {
+			l.gathers.expired++
+			break
+		}
+		l.scond.Wait()
+	}
+	timer.Stop()
+	l.gathering.Store(false)
+	if l.done > from {
+		l.gathers.joined++
+		l.fruitless = 0
+		return
+	}
+	if l.fruitless++; l.fruitless >= fruitlessLimit {
+		l.skip = skipAfterFruitless
+	}
 }
 
 // Snapshot returns a function that stores s and deletes the log entries it covers.

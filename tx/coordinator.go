@@ -93,6 +93,9 @@ type txState struct {
 	// checkpoint): until then it has persisted nothing, so a crash may
 	// forget it, and most transactions save a log write (see restore).
 	logged bool
+	// sibling: counted in Coordinator.siblings (a short transaction that
+	// may still append its commit; see siblingWatcher).
+	sibling bool
 	// recovered: in progress when the coordinator last stopped. What
 	// committed since it started is not known, so any change key it tries to
 	// commit conflicts, except those it held (passed CanCommit) before.
@@ -167,6 +170,10 @@ type Coordinator struct {
 	maxConflictKeys int
 	// realClock: Options.Now is time.Now.
 	realClock bool
+	// siblings counts short transactions in progress that have not begun
+	// their commit's log write, for a log that gathers (watcher non-nil).
+	siblings atomic.Int64
+	watcher  siblingWatcher
 
 	stats   counters
 	latency histogram
@@ -197,6 +204,9 @@ func Open(opts Options) (*Coordinator, error) {
 	c.inline = c.log == nil
 	if il, ok := c.log.(interface{ inlineAppend() bool }); ok {
 		c.inline = il.inlineAppend()
+	}
+	if w, ok := c.log.(siblingWatcher); ok && w.watchSiblings(c.siblings.Load) {
+		c.watcher = w
 	}
 	if c.log != nil {
 		state, edits, err := c.log.Recover()
@@ -355,6 +365,10 @@ func (c *Coordinator) start(kind Kind, timeout time.Duration) (*Tx, error) {
 	c.inProgress[id] = st
 	c.ordered = append(c.ordered, id)
 	c.stats.started++
+	if c.watcher != nil && kind == Short {
+		st.sibling = true
+		c.siblings.Add(1)
+	}
 	if st.logged {
 		// A long transaction's checkpoints and timeout matter to recovery
 		// from the start; a short one is logged at CanCommit.
@@ -470,6 +484,7 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 	}
 	edits, starts := editsFor(nil, st, committing)
 	st.logged = true // set now: an Abort racing the write must log its ABORTED
+	c.unsiblingLocked(st, false)
 	c.mu.Unlock()
 	// Participants persist after this returns, so it must be durable: an
 	// unfinished transaction that may have persisted is invalidated on recovery.
@@ -491,7 +506,7 @@ func (c *Coordinator) appendLogged(edits []Edit, writes []Write, deferred bool) 
 	if c.log == nil {
 		return Pending{}, nil
 	}
-	b := &Batch{Edits: edits, Writes: writes, Wait: true}
+	b := &Batch{Edits: edits, Writes: writes, Wait: true, Patient: true}
 	var ticket uint64
 	var err error
 	if dl, ok := c.log.(DeferredLog); ok && deferred {
@@ -634,6 +649,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 		return Pending{}, err
 	}
 	st.finalizing = true
+	c.unsiblingLocked(st, false)
 	c.mu.Unlock()
 
 	c.gate.RLock()
@@ -659,6 +675,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 
 // finishLocked removes st from the in-progress set and advances the read pointer.
 func (c *Coordinator) finishLocked(st *txState) {
+	c.unsiblingLocked(st, true)
 	delete(c.inProgress, st.id)
 	c.removeOrderedLocked(st.id)
 	for _, p := range st.pointers {
@@ -670,6 +687,30 @@ func (c *Coordinator) finishLocked(st *txState) {
 	if c.conflicts.rotated {
 		c.maxConflictKeys = max(c.maxConflictKeys, c.conflicts.size())
 		c.conflicts.pruneBelow(c.oldestStartSeqLocked() + 1)
+	}
+}
+
+// siblingWatcher is a log whose group commit can hold a sync back for
+// transactions about to append (BadgerLog). watchSiblings hands it the count
+// of short transactions in progress that have not begun their commit's
+// write, and reports whether it uses it; siblingLeft tells it that one of
+// those ended without writing (an abort, a timeout), so that it stops
+// waiting for it.
+type siblingWatcher interface {
+	watchSiblings(count func() int64) bool
+	siblingLeft()
+}
+
+// unsiblingLocked stops counting st as a sibling: it begins its commit's
+// write (ended false) or it ended without one.
+func (c *Coordinator) unsiblingLocked(st *txState, ended bool) {
+	if !st.sibling {
+		return
+	}
+	st.sibling = false
+	c.siblings.Add(-1)
+	if ended {
+		c.watcher.siblingLeft()
 	}
 }
 

@@ -47,6 +47,7 @@ type FileLog struct {
 	syncedSeg *segment
 	syncedOff int
 	flushing  bool // a leader is syncing
+	syncs     uint64
 	err       error
 	closed    bool
 	recovered bool
@@ -301,6 +302,7 @@ func (l *FileLog) syncLocked() {
 		from = 0
 	}
 	l.flushing = true
+	l.syncs++
 	l.mu.Unlock()
 	err := seg.sync(from, to)
 	l.mu.Lock()
@@ -312,6 +314,13 @@ func (l *FileLog) syncLocked() {
 		l.syncedSeg, l.syncedOff = seg, to
 	}
 	l.cond.Broadcast()
+}
+
+// syncCounts implements syncCounter (a FileLog does not gather).
+func (l *FileLog) syncCounts() (syncs, gathers, joined uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.syncs, 0, 0
 }
 
 // Snapshot rolls to a new segment and returns a function that writes s as

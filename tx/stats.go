@@ -21,9 +21,20 @@ type Stats struct {
 	ConflictKeys int
 	ReadPointer  uint64
 	NextPointer  uint64
+	// LogSyncs counts the syncs a durable log ran (each one shared by every
+	// commit it covered: Committed ÷ LogSyncs is the group size).
+	LogSyncs uint64
+	// LogGathers counts syncs a BadgerLog held back for transactions about to
+	// commit; LogGathersJoined those that some commit joined.
+	LogGathers, LogGathersJoined uint64
 	// CommitLatency is the distribution of Commit durations, log sync
 	// included (for deferred commits: until visible, without the sync).
 	CommitLatency Histogram
+}
+
+// syncCounter is a log that counts its syncs and gathers.
+type syncCounter interface {
+	syncCounts() (syncs, gathers, joined uint64)
 }
 
 // Histogram counts durations in power-of-two microsecond buckets:
@@ -108,5 +119,8 @@ func (c *Coordinator) Stats() Stats {
 	}
 	c.mu.Unlock()
 	s.CommitLatency = c.latency.snapshot()
+	if ls, ok := c.log.(syncCounter); ok {
+		s.LogSyncs, s.LogGathers, s.LogGathersJoined = ls.syncCounts()
+	}
 	return s
 }

@@ -112,6 +112,7 @@ type hopResult struct {
 	elapsed time.Duration
 	events  int
 	lat     []time.Duration // sampled enqueue-to-dequeue latencies, sorted
+	tx      tx.Stats        // the coordinator's at the end
 }
 
 func (r hopResult) perSec() float64 { return float64(r.events) / r.elapsed.Seconds() }
@@ -141,6 +142,13 @@ func benchHop(b *testing.B, h hop) {
 	b.ReportMetric(half.pct(50), "p50_ms")
 	b.ReportMetric(half.pct(99), "p99_ms")
 	b.ReportMetric(float64(peakRSS())/(1<<20), "maxRSS_MiB")
+	if s := full.tx; s.LogSyncs > 0 {
+		// The full phase's group commit: syncs per commit, and how many of
+		// the syncs were held back for siblings (gathered) and joined.
+		b.ReportMetric(float64(s.LogSyncs)/float64(s.Committed), "syncs/commit")
+		b.ReportMetric(float64(s.LogGathers)/float64(s.LogSyncs), "gathered/sync")
+		b.ReportMetric(float64(s.LogGathersJoined)/float64(s.LogSyncs), "joined/sync")
+	}
 }
 
 // runHop moves total events through a fresh queue. rate > 0 paces the
@@ -265,7 +273,7 @@ func runHop(b *testing.B, h hop, total int, rate float64, window time.Duration) 
 	elapsed := time.Since(began)
 	b.StopTimer()
 	slices.Sort(lat)
-	return hopResult{elapsed: elapsed, events: int(consumed.Load()), lat: lat}
+	return hopResult{elapsed: elapsed, events: int(consumed.Load()), lat: lat, tx: coord.Stats()}
 }
 
 // rawBadger writes the same events with a WriteBatch, one entry each, and

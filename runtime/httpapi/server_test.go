@@ -271,6 +271,7 @@ func TestAPI(t *testing.T) {
 	// Metrics.
 	code, body := do(t, "GET", u+"/metrics", "", "")
 	for _, m := range []string{`flowrun_flowlet_processed_total{app="api",flowlet="cnt"}`, "flowrun_tx_commits_total", "flowrun_tx_commits_deferred_total", "flowrun_tx_conflicts_total",
+		"flowrun_tx_log_syncs_total", "flowrun_tx_log_gathers_total", "flowrun_tx_log_gathers_joined_total",
 		"flowrun_tx_aborts_total", `flowrun_queue_pending{app="api",group="cnt",queue="gen.out"}`, "flowrun_step_duration_seconds_bucket",
 		"flowrun_tx_commit_duration_seconds_count", "flowrun_flowlet_dead_lettered_total", "flowrun_flowlet_failed_total", "flowrun_flowlet_too_large_total", "go_goroutines"} {
 		if code != 200 || !strings.Contains(string(body), m) {

@@ -22,6 +22,7 @@ type Collector struct {
 	stepDur                                                 *prometheus.Desc
 	txStarted, txCommits, txDeferred, txConflicts, txAborts *prometheus.Desc
 	txInvalidated, txInProgress, txCommitDur                *prometheus.Desc
+	txSyncs, txGathers, txGathersJoined                     *prometheus.Desc
 	queuePending, queueEvents, queueBytes                   *prometheus.Desc
 	ready, uptime                                           *prometheus.Desc
 }
@@ -52,14 +53,17 @@ func New(a *runtime.App, status func() runtime.Status) *Collector {
 		rate:      d("flowrun_flowlet_events_per_second", "Processed events per second over the last second or so.", fl...),
 		stepDur:   d("flowrun_step_duration_seconds", "Duration of committed steps, from the start of the attempt that committed to its commit.", fl...),
 
-		txStarted:     d("flowrun_tx_started_total", "Transactions started."),
-		txCommits:     d("flowrun_tx_commits_total", "Transactions committed."),
-		txDeferred:    d("flowrun_tx_commits_deferred_total", "Commits made visible to later steps before their log sync (durable with a later sync; waited for before anything outside the store hears of them)."),
-		txConflicts:   d("flowrun_tx_conflicts_total", "Commits refused for a write conflict."),
-		txAborts:      d("flowrun_tx_aborts_total", "Transactions aborted (empty steps, failures, conflicts)."),
-		txInvalidated: d("flowrun_tx_invalidated_total", "Transactions invalidated (timed out or failed to roll back)."),
-		txInProgress:  d("flowrun_tx_in_progress", "Transactions in progress."),
-		txCommitDur:   d("flowrun_tx_commit_duration_seconds", "Commit latency: log sync included, except for deferred commits (until visible)."),
+		txStarted:       d("flowrun_tx_started_total", "Transactions started."),
+		txCommits:       d("flowrun_tx_commits_total", "Transactions committed."),
+		txDeferred:      d("flowrun_tx_commits_deferred_total", "Commits made visible to later steps before their log sync (durable with a later sync; waited for before anything outside the store hears of them)."),
+		txConflicts:     d("flowrun_tx_conflicts_total", "Commits refused for a write conflict."),
+		txAborts:        d("flowrun_tx_aborts_total", "Transactions aborted (empty steps, failures, conflicts)."),
+		txInvalidated:   d("flowrun_tx_invalidated_total", "Transactions invalidated (timed out or failed to roll back)."),
+		txInProgress:    d("flowrun_tx_in_progress", "Transactions in progress."),
+		txCommitDur:     d("flowrun_tx_commit_duration_seconds", "Commit latency: log sync included, except for deferred commits (until visible)."),
+		txSyncs:         d("flowrun_tx_log_syncs_total", "Syncs of the transaction log, each shared by every commit it covered (group commit)."),
+		txGathers:       d("flowrun_tx_log_gathers_total", "Log syncs held back briefly for transactions about to commit, to share one sync with them."),
+		txGathersJoined: d("flowrun_tx_log_gathers_joined_total", "Of the gathered syncs, those some other commit joined."),
 
 		queuePending: d("flowrun_queue_pending", "Stored events a consumer group has not consumed yet.", "queue", "group"),
 		queueEvents:  d("flowrun_queue_events", "Committed entries stored in the queue (not yet evicted).", "queue"),
@@ -73,7 +77,7 @@ func New(a *runtime.App, status func() runtime.Status) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.processed, c.emitted, c.failed, c.dead, c.conflicts, c.tooLarge, c.instances, c.paused,
 		c.backlog, c.dlq, c.rate, c.stepDur, c.txStarted, c.txCommits, c.txDeferred, c.txConflicts, c.txAborts, c.txInvalidated,
-		c.txInProgress, c.txCommitDur, c.queuePending, c.queueEvents, c.queueBytes, c.ready, c.uptime} {
+		c.txInProgress, c.txCommitDur, c.txSyncs, c.txGathers, c.txGathersJoined, c.queuePending, c.queueEvents, c.queueBytes, c.ready, c.uptime} {
 		ch <- d
 	}
 }
@@ -110,6 +114,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.txAborts, ts.Aborted)
 	counter(c.txInvalidated, ts.Invalidated)
 	gauge(c.txInProgress, float64(ts.InProgress))
+	counter(c.txSyncs, ts.LogSyncs)
+	counter(c.txGathers, ts.LogGathers)
+	counter(c.txGathersJoined, ts.LogGathersJoined)
 	ch <- histogram(c.txCommitDur, ts.CommitLatency)
 	for _, q := range st.Queues {
 		gauge(c.queueEvents, float64(q.Events), q.Name)

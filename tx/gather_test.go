@@ -1,0 +1,190 @@
+package tx
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// gatherRig is a coordinator on a syncing BadgerLog that counts its syncs,
+// after a first commit (which reserves write pointers and measures a sync).
+type gatherRig struct {
+	l     *BadgerLog
+	c     *Coordinator
+	syncs atomic.Int64
+	// warmSyncs: Stats().LogSyncs after the first commit
+	warmSyncs uint64
+}
+
+func newGatherRig(t *testing.T, limit time.Duration) *gatherRig {
+	t.Helper()
+	l, c := openSyncedLog(t, openBadger(t, t.TempDir(), false))
+	t.Cleanup(func() { c.Close() })
+	r := &gatherRig{l: l, c: c}
+	r.commit(t, r.start(t), "warm-up")
+	r.warmSyncs = c.Stats().LogSyncs
+	l.smu.Lock()
+	l.gatherFor = limit
+	l.smu.Unlock()
+	l.syncer.synced = func([]string) { r.syncs.Add(1) }
+	return r
+}
+
+func (r *gatherRig) start(t *testing.T) *Tx {
+	t.Helper()
+	tx, err := r.c.StartShort(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+func (r *gatherRig) commit(t *testing.T, tx *Tx, key string) {
+	t.Helper()
+	if err := r.c.CommitWith(tx, [][]byte{[]byte(key)}, []Write{{Key: []byte("k/" + key), Value: []byte("v")}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// commitGathering commits tx in a goroutine and waits until its sync's leader
+// is holding the sync back for siblings.
+func (r *gatherRig) commitGathering(t *testing.T, tx *Tx, key string) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		done <- r.c.CommitWith(tx, [][]byte{[]byte(key)}, []Write{{Key: []byte("k/" + key), Value: []byte("v")}})
+	}()
+	for deadline := time.Now().Add(30 * time.Second); !r.l.gathering.Load(); time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the commit's sync never waited for its in-progress sibling")
+		}
+	}
+	return done
+}
+
+func (r *gatherRig) stats() gatherStats {
+	r.l.smu.Lock()
+	defer r.l.smu.Unlock()
+	return r.l.gathers
+}
+
+func waitCommit(t *testing.T, done <-chan error, why string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the gathering commit did not return after %s", why)
+	}
+}
+
+// A commit whose sibling is still in progress holds its sync back for it,
+// and the two share one sync (group commit alone syncs twice: the second
+// write lands while the first's sync runs).
+func TestGatherSharesOneSync(t *testing.T) {
+	r := newGatherRig(t, time.Minute) // only an arrival can end the gather
+	a, b := r.start(t), r.start(t)
+	done := r.commitGathering(t, a, "a")
+	r.commit(t, b, "b")
+	waitCommit(t, done, "its sibling committed")
+	if got := r.syncs.Load(); got != 1 {
+		t.Fatalf("two commits gathered: %d syncs, want 1", got)
+	}
+	if st := r.stats(); st != (gatherStats{held: 1, joined: 1}) {
+		t.Fatalf("gather stats %+v, want one held and joined, none expired", st)
+	}
+	if s := r.c.Stats(); s.LogSyncs != r.warmSyncs+1 || s.LogGathers != 1 || s.LogGathersJoined != 1 {
+		t.Fatalf("Stats: %d log syncs (want %d), %d gathers, %d joined (want 1, 1)", s.LogSyncs, r.warmSyncs+1, s.LogGathers, s.LogGathersJoined)
+	}
+}
+
+// A sibling that aborts is no longer waited for.
+func TestGatherEndsWhenSiblingAborts(t *testing.T) {
+	r := newGatherRig(t, time.Minute)
+	a, b := r.start(t), r.start(t)
+	done := r.commitGathering(t, a, "a")
+	if err := r.c.Abort(b); err != nil {
+		t.Fatal(err)
+	}
+	waitCommit(t, done, "its only sibling aborted")
+	if st := r.stats(); st != (gatherStats{held: 1}) {
+		t.Fatalf("gather stats %+v, want one held, not joined, not expired", st)
+	}
+}
+
+// An append made under the coordinator's lock (a long transaction's
+// checkpoint) must not wait for siblings, which need that lock to commit.
+func TestGatherEndsForImpatientAppend(t *testing.T) {
+	r := newGatherRig(t, time.Minute)
+	a, b := r.start(t), r.start(t)
+	long, err := r.c.StartLong()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := r.commitGathering(t, a, "a")
+	checkpointed := make(chan error, 1)
+	go func() {
+		_, err := r.c.Checkpoint(long)
+		checkpointed <- err
+	}()
+	waitCommit(t, done, "an impatient append arrived")
+	waitCommit(t, checkpointed, "an impatient append arrived")
+	if st := r.stats(); st.expired != 0 {
+		t.Fatalf("gather stats %+v: the gather ran out its time with an impatient append waiting", st)
+	}
+	if err := r.c.Abort(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Gathers that nobody joins (a sibling that sits idle) cost their leader up
+// to the limit; after fruitlessLimit of them the log stops gathering for
+// skipAfterFruitless syncs.
+func TestGatherBacksOffWhenNobodyJoins(t *testing.T) {
+	r := newGatherRig(t, time.Millisecond)
+	idle := r.start(t)
+	defer r.c.Abort(idle)
+	for i := range fruitlessLimit {
+		r.commit(t, r.start(t), "a")
+		if st := r.stats(); st != (gatherStats{held: uint64(i + 1), expired: uint64(i + 1)}) {
+			t.Fatalf("after %d commits with an idle sibling: gather stats %+v, want every one held and expired", i+1, st)
+		}
+	}
+	for range skipAfterFruitless {
+		r.commit(t, r.start(t), "a")
+	}
+	if st := r.stats(); st.held != fruitlessLimit {
+		t.Fatalf("gathers after %d fruitless ones: %d held, want none", fruitlessLimit, st.held-fruitlessLimit)
+	}
+	r.commit(t, r.start(t), "a")
+	if st := r.stats(); st.held != fruitlessLimit+1 {
+		t.Fatalf("after the back-off: gather stats %+v, want one more held", st)
+	}
+}
+
+// With many transactions in progress the log does not gather: group
+// commit fills each sync with what arrived during the last one, and waiting
+// for the last of many stretches every cycle.
+func TestNoGatherForManySiblings(t *testing.T) {
+	r := newGatherRig(t, time.Millisecond)
+	var idle []*Tx
+	for range maxGatherSiblings {
+		idle = append(idle, r.start(t))
+	}
+	r.commit(t, r.start(t), "a")
+	if st := r.stats(); st.held != 1 {
+		t.Fatalf("with %d siblings: gather stats %+v, want one held", maxGatherSiblings, st)
+	}
+	idle = append(idle, r.start(t))
+	r.commit(t, r.start(t), "b")
+	if st := r.stats(); st.held != 1 {
+		t.Fatalf("with %d siblings: gather stats %+v, want no more held", maxGatherSiblings+1, st)
+	}
+	for _, tx := range idle {
+		if err := r.c.Abort(tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
