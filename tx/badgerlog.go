@@ -57,8 +57,10 @@ type BadgerLog struct {
 	gathering atomic.Bool  // a leader is holding its sync back
 	urgent    uint64       // latest ticket of an impatient append
 	syncAvg   time.Duration
-	fruitless int // gathers in a row that nobody joined
-	skip      int // syncs left to run without gathering
+	fruitless int          // gathers in a row that nobody joined or that ran out of time
+	backoffs  int          // back-offs since a gather last paid off
+	skip      int          // syncs left to run without gathering
+	paused    atomic.Int32 // >0: a snapshot or Close is waiting; do not gather
 	// gatherFor, when set (tests), replaces the bound of one average sync.
 	gatherFor time.Duration
 	gathers   gatherStats
@@ -200,6 +202,13 @@ func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 	if err == nil {
 		err = txn.Commit()
 	}
+	if err != nil && l.gathering.Load() {
+		// The coordinator stopped counting this commit as a sibling when it
+		// began the write; without it nothing wakes a gathering leader.
+		l.smu.Lock()
+		l.scond.Broadcast()
+		l.smu.Unlock()
+	}
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		// Nothing was written. This batch's own edits go (its caller aborts);
 		// the other transactions' edits ride with the next waited write.
@@ -292,15 +301,31 @@ func (l *BadgerLog) siblingLeft() {
 	}
 }
 
-// Gathering limits. A gather that nobody joins costs its leader up to one
-// sync time; after fruitlessLimit of them in a row the log stops gathering
-// for skipAfterFruitless syncs (transactions that sit idle, or commit
-// rarely, then cost almost nothing), then tries again.
+// pauseGathering implements siblingWatcher: a snapshot about to take the
+// coordinator's gate would hold up siblings that have not reached their
+// write (they take the gate shared) until a gather's time runs out.
+func (l *BadgerLog) pauseGathering(on bool) {
+	if !on {
+		l.paused.Add(-1)
+		return
+	}
+	l.paused.Add(1)
+	l.siblingLeft() // ends a gather under way
+}
+
+// Gathering limits. A gather that nobody joins, or that runs out of time
+// (a sibling sits idle in its transaction, so the count never reaches 0),
+// costs its leader up to its limit — more on a busy machine, where the
+// timer wakes late (about 1 ms on this VM). After fruitlessLimit of them in a
+// row the log stops gathering for skipAfterFruitless syncs, doubling with
+// every back-off until a gather pays off again (up to 32×), so idle or rare
+// siblings cost almost nothing.
 const (
 	maxGather          = 2 * time.Millisecond
 	maxGatherSiblings  = 8
 	fruitlessLimit     = 3
 	skipAfterFruitless = 32
+	maxBackoffShift    = 5
 )
 
 // gatherLocked is called by a sync's leader, with smu held and syncing set,
@@ -324,7 +349,7 @@ func (l *BadgerLog) gatherLocked() {
 	if l.gatherFor > 0 {
 		limit = l.gatherFor
 	}
-	if l.siblings == nil || limit == 0 || l.urgent > l.synced {
+	if l.siblings == nil || limit == 0 || l.urgent > l.synced || l.paused.Load() > 0 {
 		return
 	}
 	if l.skip > 0 {
@@ -343,22 +368,28 @@ func (l *BadgerLog) gatherLocked() {
 		l.scond.Broadcast()
 		l.smu.Unlock()
 	})
-	for l.siblings() > 0 && l.urgent <= l.synced {
-		if !time.Now().Before(deadline) {
-			l.gathers.expired++
-			break
-		}
+	hurried := func() bool { return l.siblings() == 0 || l.urgent > l.synced || l.paused.Load() > 0 }
+	for !hurried() && time.Now().Before(deadline) {
 		l.scond.Wait()
 	}
 	timer.Stop()
 	l.gathering.Store(false)
-	if l.done > from {
+	expired := !hurried()
+	joined := l.done > from
+	if expired {
+		l.gathers.expired++
+	}
+	if joined {
 		l.gathers.joined++
-		l.fruitless = 0
+	}
+	if joined && !expired {
+		l.fruitless, l.backoffs = 0, 0
 		return
 	}
 	if l.fruitless++; l.fruitless >= fruitlessLimit {
-		l.skip = skipAfterFruitless
+		l.fruitless = 0
+		l.skip = skipAfterFruitless << min(l.backoffs, maxBackoffShift)
+		l.backoffs++
 	}
 }
 
@@ -403,6 +434,7 @@ func (l *BadgerLog) Snapshot(s *State) (func() error, error) {
 // Close writes pending edits and syncs every commit written, deferred ones
 // included. It does not close the DB, which its owner shares.
 func (l *BadgerLog) Close() error {
+	l.paused.Add(1) // for good: nothing gathers for transactions that cannot commit now
 	err := l.Append(&Batch{Wait: true})
 	if err == nil && l.sync {
 		// Deferred commits nobody waited for: durable before Close returns

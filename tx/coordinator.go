@@ -699,6 +699,10 @@ func (c *Coordinator) finishLocked(st *txState) {
 type siblingWatcher interface {
 	watchSiblings(count func() int64) bool
 	siblingLeft()
+	// pauseGathering(true) ends a gather under way and stops new ones
+	// until pauseGathering(false); a snapshot pauses while it waits for and
+	// holds the gate.
+	pauseGathering(on bool)
 }
 
 // unsiblingLocked stops counting st as a sibling: it begins its commit's

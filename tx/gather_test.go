@@ -1,6 +1,8 @@
 package tx
 
 import (
+	"encoding/binary"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -187,4 +189,67 @@ func TestNoGatherForManySiblings(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// A sibling that sits idle keeps the count above 0, so gathers run out of
+// time even when other commits join them: those count against gathering
+// too, or one idle transaction would slow every sync for good.
+func TestGatherBacksOffWhenIdleSiblingHoldsIt(t *testing.T) {
+	// Long enough for b to join each gather (the leader is polled for).
+	r := newGatherRig(t, 50*time.Millisecond)
+	idle := r.start(t)
+	defer r.c.Abort(idle)
+	for round := 1; r.stats().held < fruitlessLimit; round++ {
+		a, b := r.start(t), r.start(t)
+		done := r.commitGathering(t, a, "a")
+		r.commit(t, b, "b")
+		waitCommit(t, done, "its time ran out")
+		if st := r.stats(); st.expired != st.held || st.joined == 0 {
+			t.Fatalf("round %d: gather stats %+v, want every gather expired (the idle sibling) and joined", round, st)
+		}
+	}
+	held := r.stats().held
+	for range 4 {
+		r.commit(t, r.start(t), "c")
+	}
+	if st := r.stats(); st.held != held {
+		t.Fatalf("after %d expired gathers: gather stats %+v, want no more held", held, st)
+	}
+}
+
+// A snapshot waits for the coordinator's gate, which a gathering leader
+// holds shared and its siblings need: it ends the gather instead of
+// waiting out its time.
+func TestSnapshotEndsGather(t *testing.T) {
+	r := newGatherRig(t, time.Minute)
+	a, b := r.start(t), r.start(t)
+	done := r.commitGathering(t, a, "a")
+	snapped := make(chan error, 1)
+	go func() { snapped <- r.c.Snapshot() }()
+	waitCommit(t, done, "a snapshot asked for the gate")
+	waitCommit(t, snapped, "the gather ended")
+	if st := r.stats(); st.expired != 0 {
+		t.Fatalf("gather stats %+v: the gather ran out its time with a snapshot waiting", st)
+	}
+	r.commit(t, b, "b") // and gathering works again after it
+}
+
+// A sibling whose write the store refuses (too large) wakes the gathering
+// leader: it no longer counts and will not write.
+func TestGatherWokenByRefusedWrite(t *testing.T) {
+	r := newGatherRig(t, time.Minute)
+	a, b := r.start(t), r.start(t)
+	done := r.commitGathering(t, a, "a")
+	huge := make([]Write, 100000) // small values stay in the LSM and count
+	for i := range huge {
+		huge[i] = Write{Key: binary.BigEndian.AppendUint64([]byte("k/"), uint64(i)), Value: make([]byte, 100)}
+	}
+	if err := r.c.CommitWith(b, nil, huge); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversized commit = %v, want ErrTooLarge", err)
+	}
+	waitCommit(t, done, "its only sibling's write was refused")
+	if st := r.stats(); st.expired != 0 {
+		t.Fatalf("gather stats %+v: the gather ran out its time after the refused write", st)
+	}
+	r.c.Abort(b)
 }

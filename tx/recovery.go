@@ -157,6 +157,12 @@ func (c *Coordinator) Snapshot() error {
 	}
 	c.snapMu.Lock()
 	defer c.snapMu.Unlock()
+	if c.watcher != nil {
+		// A gathering leader holds the gate shared; the siblings it waits
+		// for would queue behind this Lock.
+		c.watcher.pauseGathering(true)
+		defer c.watcher.pauseGathering(false)
+	}
 	c.gate.Lock() // no commit between its log write and its finalization
 	c.mu.Lock()
 	if err := c.checkOpenLocked(); err != nil {
