@@ -65,6 +65,12 @@
 // blocks, so they never go backwards after a restart. A nil Log keeps
 // everything in memory.
 //
+// A BadgerLog with Sync groups commits too, and it gathers: a sync's leader
+// that sees a few short transactions in progress that have not written yet
+// waits for them (at most about one sync) so that they share its sync —
+// a producer and its consumer taking turns would otherwise cost a sync each.
+// Stats.LogSyncs and LogGathers show how commits shared syncs.
+//
 // # Bookkeeping stays bounded
 //
 // Expired transactions are invalidated by a background sweeper. The invalid
