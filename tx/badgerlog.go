@@ -69,7 +69,7 @@ type BadgerLog struct {
 
 // gatherStats count gathers: begun, joined by at least one append, and
 // ended by their time limit (the rest ended when nobody was left to wait
-// for, or for an impatient append).
+// for, for an impatient append, or for a snapshot or Close).
 type gatherStats struct{ held, joined, expired uint64 }
 
 // syncCounts implements syncCounter.
