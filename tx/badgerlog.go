@@ -202,12 +202,10 @@ func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 	if err == nil {
 		err = txn.Commit()
 	}
-	if err != nil && l.gathering.Load() {
+	if err != nil {
 		// The coordinator stopped counting this commit as a sibling when it
 		// began the write; without it nothing wakes a gathering leader.
-		l.smu.Lock()
-		l.scond.Broadcast()
-		l.smu.Unlock()
+		l.wakeGatherer()
 	}
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		// Nothing was written. This batch's own edits go (its caller aborts);
@@ -293,7 +291,10 @@ func (l *BadgerLog) watchSiblings(count func() int64) bool {
 }
 
 // siblingLeft implements siblingWatcher.
-func (l *BadgerLog) siblingLeft() {
+func (l *BadgerLog) siblingLeft() { l.wakeGatherer() }
+
+// wakeGatherer makes a gathering leader look again at what it waits for.
+func (l *BadgerLog) wakeGatherer() {
 	if l.gathering.Load() {
 		l.smu.Lock()
 		l.scond.Broadcast()
@@ -310,7 +311,7 @@ func (l *BadgerLog) pauseGathering(on bool) {
 		return
 	}
 	l.paused.Add(1)
-	l.siblingLeft() // ends a gather under way
+	l.wakeGatherer() // ends a gather under way
 }
 
 // Gathering limits. A gather that nobody joins, or that runs out of time
@@ -363,11 +364,7 @@ func (l *BadgerLog) gatherLocked() {
 	deadline := time.Now().Add(limit)
 	from := l.done
 	l.gathering.Store(true)
-	timer := time.AfterFunc(limit, func() {
-		l.smu.Lock()
-		l.scond.Broadcast()
-		l.smu.Unlock()
-	})
+	timer := time.AfterFunc(limit, l.wakeGatherer)
 	hurried := func() bool { return l.siblings() == 0 || l.urgent > l.synced || l.paused.Load() > 0 }
 	for !hurried() && time.Now().Before(deadline) {
 		l.scond.Wait()
