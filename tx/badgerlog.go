@@ -52,8 +52,10 @@ type BadgerLog struct {
 	syncing bool
 	syncErr error
 
-	// Gathering (see gatherLocked), under smu but for gathering.
+	// Gathering (see gatherLocked), under smu but for the atomics.
 	siblings  func() int64 // the coordinator's count; nil: never gather
+	writing   atomic.Int64 // siblings' writes begun and not landed
+	joins     uint64       // siblings' writes landed during gathers
 	gathering atomic.Bool  // a leader is holding its sync back
 	urgent    uint64       // latest ticket of an impatient append
 	syncAvg   time.Duration
@@ -67,9 +69,9 @@ type BadgerLog struct {
 	syncs     uint64
 }
 
-// gatherStats count gathers: begun, joined by at least one append, and
-// ended by their time limit (the rest ended when nobody was left to wait
-// for, for an impatient append, or for a snapshot or Close).
+// gatherStats count gathers: begun, joined by at least one sibling's write,
+// and ended by their time limit (the rest ended when nobody was left to
+// wait for, for an impatient append, or for a snapshot or Close).
 type gatherStats struct{ held, joined, expired uint64 }
 
 // syncCounts implements syncCounter.
@@ -180,6 +182,7 @@ func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 	}
 	if !b.Wait || (len(l.pending) == 0 && len(b.Writes) == 0) {
 		l.mu.Unlock()
+		l.siblingFailed(b)
 		return 0, nil
 	}
 	value := l.pending
@@ -203,9 +206,7 @@ func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 		err = txn.Commit()
 	}
 	if err != nil {
-		// The coordinator stopped counting this commit as a sibling when it
-		// began the write; without it nothing wakes a gathering leader.
-		l.wakeGatherer()
+		l.siblingFailed(b)
 	}
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		// Nothing was written. This batch's own edits go (its caller aborts);
@@ -221,11 +222,17 @@ func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 	l.smu.Lock()
 	l.done++
 	ticket := l.done
-	if !b.Patient {
+	if !b.patient {
 		l.urgent = ticket
 	}
+	if b.sibling {
+		l.writing.Add(-1) // landed, with done: a leader sees one or the other
+		if l.gathering.Load() {
+			l.joins++
+		}
+	}
 	if l.gathering.Load() {
-		l.scond.Broadcast() // the leader counts who joined
+		l.scond.Broadcast()
 	}
 	l.smu.Unlock()
 	if l.hooks == nil {
@@ -258,11 +265,12 @@ func (l *BadgerLog) Durable(ticket uint64) error {
 		target := l.done
 		l.smu.Unlock()
 		var err error
-		began := time.Now()
+		var took time.Duration
 		if l.syncer != nil {
+			began := time.Now()
 			err = l.hooks.gatedSync(l.syncer.sync)
+			took = time.Since(began)
 		}
-		took := time.Since(began)
 		if err == nil && l.hooks != nil {
 			err = l.hooks.failure()
 		}
@@ -292,6 +300,17 @@ func (l *BadgerLog) watchSiblings(count func() int64) bool {
 
 // siblingLeft implements siblingWatcher.
 func (l *BadgerLog) siblingLeft() { l.wakeGatherer() }
+
+// siblingWriting implements siblingWatcher.
+func (l *BadgerLog) siblingWriting() { l.writing.Add(1) }
+
+// siblingFailed ends the flight of a sibling's batch that wrote nothing.
+func (l *BadgerLog) siblingFailed(b *Batch) {
+	if b.sibling {
+		l.writing.Add(-1)
+		l.wakeGatherer()
+	}
+}
 
 // wakeGatherer makes a gathering leader look again at what it waits for.
 func (l *BadgerLog) wakeGatherer() {
@@ -335,8 +354,9 @@ const (
 // for that sync and then its own: two commits that alternate (a producer
 // and its consumer, each waiting for its own commit before the next step)
 // then cost a sync each. When short transactions are in progress that have
-// not begun their commit's write (the coordinator's count), the leader waits
-// for them to write or end, at most one average sync time (beyond that,
+// not begun a log write (the coordinator's count), or siblings' writes are
+// in flight, the leader waits until they have landed their writes or ended,
+// at most one average sync time (beyond that,
 // letting them wait for the next sync costs no more) — what PostgreSQL's
 // commit_delay with commit_siblings does, with the delay bounded by the
 // measured sync and cut short when the last expected sibling arrives. It
@@ -357,22 +377,24 @@ func (l *BadgerLog) gatherLocked() {
 		l.skip--
 		return
 	}
-	if n := l.siblings(); n == 0 || n > maxGatherSiblings {
+	if n := l.siblings() + l.writing.Load(); n == 0 || n > maxGatherSiblings {
 		return
 	}
 	l.gathers.held++
 	deadline := time.Now().Add(limit)
-	from := l.done
+	from := l.joins
 	l.gathering.Store(true)
 	timer := time.AfterFunc(limit, l.wakeGatherer)
-	hurried := func() bool { return l.siblings() == 0 || l.urgent > l.synced || l.paused.Load() > 0 }
+	hurried := func() bool {
+		return l.siblings() == 0 && l.writing.Load() == 0 || l.urgent > l.synced || l.paused.Load() > 0
+	}
 	for !hurried() && time.Now().Before(deadline) {
 		l.scond.Wait()
 	}
 	timer.Stop()
 	l.gathering.Store(false)
 	expired := !hurried()
-	joined := l.done > from
+	joined := l.joins > from // a sibling's write (not an impatient append)
 	if expired {
 		l.gathers.expired++
 	}
@@ -432,6 +454,7 @@ func (l *BadgerLog) Snapshot(s *State) (func() error, error) {
 // included. It does not close the DB, which its owner shares.
 func (l *BadgerLog) Close() error {
 	l.paused.Add(1) // for good: nothing gathers for transactions that cannot commit now
+	l.wakeGatherer()
 	err := l.Append(&Batch{Wait: true})
 	if err == nil && l.sync {
 		// Deferred commits nobody waited for: durable before Close returns

@@ -237,6 +237,9 @@ func (c *Coordinator) Close() error {
 	c.mu.Unlock()
 	close(c.stop)
 	c.done.Wait()
+	if c.watcher != nil {
+		c.watcher.pauseGathering(true) // for good: see Snapshot
+	}
 	c.gate.Lock() // no commit in flight from here on
 	defer c.gate.Unlock()
 	if c.log != nil {
@@ -484,11 +487,11 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 	}
 	edits, starts := editsFor(nil, st, committing)
 	st.logged = true // set now: an Abort racing the write must log its ABORTED
-	c.unsiblingLocked(st, false)
+	sibling := c.writingLocked(st)
 	c.mu.Unlock()
 	// Participants persist after this returns, so it must be durable: an
 	// unfinished transaction that may have persisted is invalidated on recovery.
-	_, err = c.appendLogged(edits, nil, false)
+	_, err = c.appendLogged(edits, nil, false, sibling)
 	if starts && errors.Is(err, ErrTooLarge) { // refused whole: no START either
 		c.mu.Lock()
 		st.logged = false
@@ -502,11 +505,11 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 // DeferredLog, it returns before the sync with a Pending to wait on;
 // otherwise once durable. On an error other than ErrTooLarge (refused whole,
 // nothing written) the outcome is unknown and the coordinator stops.
-func (c *Coordinator) appendLogged(edits []Edit, writes []Write, deferred bool) (Pending, error) {
+func (c *Coordinator) appendLogged(edits []Edit, writes []Write, deferred, sibling bool) (Pending, error) {
 	if c.log == nil {
 		return Pending{}, nil
 	}
-	b := &Batch{Edits: edits, Writes: writes, Wait: true, Patient: true}
+	b := &Batch{Edits: edits, Writes: writes, Wait: true, patient: true, sibling: sibling}
 	var ticket uint64
 	var err error
 	if dl, ok := c.log.(DeferredLog); ok && deferred {
@@ -649,13 +652,13 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 		return Pending{}, err
 	}
 	st.finalizing = true
-	c.unsiblingLocked(st, false)
+	sibling := c.writingLocked(st)
 	c.mu.Unlock()
 
 	c.gate.RLock()
 	// On error the outcome is unknown and the append has stopped the
 	// coordinator rather than guess.
-	pending, err := c.appendLogged([]Edit{c.committedEdit(st)}, writes, deferred)
+	pending, err := c.appendLogged([]Edit{c.committedEdit(st)}, writes, deferred, sibling)
 	c.mu.Lock()
 	if err == nil {
 		c.conflicts.commit(st.id, st.keys)
@@ -675,7 +678,9 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 
 // finishLocked removes st from the in-progress set and advances the read pointer.
 func (c *Coordinator) finishLocked(st *txState) {
-	c.unsiblingLocked(st, true)
+	if st.sibling {
+		c.unsibling(st, true)
+	}
 	delete(c.inProgress, st.id)
 	c.removeOrderedLocked(st.id)
 	for _, p := range st.pointers {
@@ -692,12 +697,16 @@ func (c *Coordinator) finishLocked(st *txState) {
 
 // siblingWatcher is a log whose group commit can hold a sync back for
 // transactions about to append (BadgerLog). watchSiblings hands it the count
-// of short transactions in progress that have not begun their commit's
-// write, and reports whether it uses it; siblingLeft tells it that one of
-// those ended without writing (an abort, a timeout), so that it stops
-// waiting for it.
+// of short transactions in progress that have not begun a log write
+// (CanCommit's or the commit's), and reports whether it uses it.
 type siblingWatcher interface {
 	watchSiblings(count func() int64) bool
+	// siblingWriting: a sibling is about to write (a batch marked sibling
+	// follows); called before the count drops, so that the log, which
+	// counts the write in flight until it lands, never sees neither.
+	siblingWriting()
+	// siblingLeft: a sibling ended without writing (an abort, a timeout),
+	// so a gathering leader stops waiting for it.
 	siblingLeft()
 	// pauseGathering(true) ends a gather under way and stops new ones
 	// until pauseGathering(false); a snapshot pauses while it waits for and
@@ -705,12 +714,21 @@ type siblingWatcher interface {
 	pauseGathering(on bool)
 }
 
-// unsiblingLocked stops counting st as a sibling: it begins its commit's
-// write (ended false) or it ended without one.
-func (c *Coordinator) unsiblingLocked(st *txState, ended bool) {
+// writingLocked hands st over from the sibling count to the log's writes in
+// flight, as st begins a log write; it reports whether st was counted.
+func (c *Coordinator) writingLocked(st *txState) bool {
 	if !st.sibling {
-		return
+		return false
 	}
+	c.watcher.siblingWriting()
+	c.unsibling(st, false)
+	return true
+}
+
+// unsibling stops counting st as a sibling: it begins a log write (ended
+// false) or it ended without one. Callers check st.sibling first (inlined
+// on the paths that never count).
+func (c *Coordinator) unsibling(st *txState, ended bool) {
 	st.sibling = false
 	c.siblings.Add(-1)
 	if ended {

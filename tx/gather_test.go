@@ -133,8 +133,8 @@ func TestGatherEndsForImpatientAppend(t *testing.T) {
 	}()
 	waitCommit(t, done, "an impatient append arrived")
 	waitCommit(t, checkpointed, "an impatient append arrived")
-	if st := r.stats(); st.expired != 0 {
-		t.Fatalf("gather stats %+v: the gather ran out its time with an impatient append waiting", st)
+	if st := r.stats(); st.expired != 0 || st.joined != 0 {
+		t.Fatalf("gather stats %+v: want it ended by the impatient append, not expired, and not counted as joined by it", st)
 	}
 	if err := r.c.Abort(b); err != nil {
 		t.Fatal(err)
@@ -252,4 +252,82 @@ func TestGatherWokenByRefusedWrite(t *testing.T) {
 		t.Fatalf("gather stats %+v: the gather ran out its time after the refused write", st)
 	}
 	r.c.Abort(b)
+}
+
+// A gather lasts through a sibling's write in flight: the coordinator stops
+// counting a sibling when its write begins, and a wake-up that comes before
+// the write lands (another sibling's, say) must not end the gather while it
+// is still on its way.
+func TestGatherWaitsForWriteInFlight(t *testing.T) {
+	db := openBadger(t, t.TempDir(), false)
+	defer db.Close()
+	l, err := NewBadgerLog(db, BadgerLogOptions{Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var count atomic.Int64 // the coordinator's sibling count, played by the test
+	if !l.watchSiblings(count.Load) {
+		t.Fatal("a syncing BadgerLog does not gather")
+	}
+	edit := func(id uint64) []Edit { return []Edit{{Kind: EditAborted, TxID: id}} }
+	if err := l.Append(&Batch{Edits: edit(1), Wait: true}); err != nil { // measures a sync
+		t.Fatal(err)
+	}
+	l.smu.Lock()
+	l.gatherFor = time.Minute
+	l.smu.Unlock()
+	var syncs atomic.Int64
+	l.syncer.synced = func([]string) { syncs.Add(1) }
+
+	count.Store(1)
+	leader := make(chan error, 1)
+	go func() { leader <- l.Append(&Batch{Edits: edit(2), Wait: true, patient: true}) }()
+	for deadline := time.Now().Add(30 * time.Second); !l.gathering.Load(); time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the leader never gathered for its sibling")
+		}
+	}
+	// The sibling begins its write, as the coordinator hands it over...
+	l.siblingWriting()
+	count.Add(-1)
+	l.wakeGatherer() // ...and something wakes the leader before it lands.
+	select {
+	case err := <-leader:
+		t.Fatalf("the leader synced (%v) while its sibling's write was in flight", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	if err := l.Append(&Batch{Edits: edit(3), Wait: true, patient: true, sibling: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitCommit(t, leader, "its sibling's write landed")
+	if got := syncs.Load(); got != 1 {
+		t.Fatalf("leader and sibling: %d syncs, want 1", got)
+	}
+	if l.writing.Load() != 0 {
+		t.Fatalf("%d sibling writes still in flight after they landed", l.writing.Load())
+	}
+}
+
+// Every back-off after the first runs twice as long, up to 32 times.
+func TestGatherBackOffDoubles(t *testing.T) {
+	r := newGatherRig(t, time.Millisecond)
+	idle := r.start(t)
+	defer r.c.Abort(idle)
+	held := uint64(0)
+	for round, skip := range []int{skipAfterFruitless, 2 * skipAfterFruitless} {
+		for range fruitlessLimit {
+			r.commit(t, r.start(t), "a")
+		}
+		held += fruitlessLimit
+		for range skip {
+			r.commit(t, r.start(t), "a")
+		}
+		if st := r.stats(); st.held != held {
+			t.Fatalf("back-off %d: gather stats %+v, want %d held: %d syncs skipped", round+1, st, held, skip)
+		}
+	}
+	r.commit(t, r.start(t), "a")
+	if st := r.stats(); st.held != held+1 {
+		t.Fatalf("after the second back-off: gather stats %+v, want one more held", st)
+	}
 }

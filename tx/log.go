@@ -56,11 +56,13 @@ type Batch struct {
 	// log's sync mode). Without it the edits may ride with a later batch;
 	// they are only hints for recovery (starts, aborts).
 	Wait bool
-	// Patient says the caller holds nothing other transactions wait on, so
-	// a group-committing log may hold the sync back briefly for transactions
-	// about to append, to share it with them (see BadgerLog's gathering).
-	// Appends made under the coordinator's lock are never patient.
-	Patient bool
+
+	// patient: the caller holds nothing other transactions wait on, so a
+	// gathering log may hold its sync back for them (BadgerLog's gathering);
+	// appends made under the coordinator's lock are not. sibling: the writer
+	// was counted as a sibling until it began this write, and the log counts
+	// the write as in flight until it lands (siblingWatcher).
+	patient, sibling bool
 }
 
 // State is the coordinator's recoverable state, as held in a snapshot.
