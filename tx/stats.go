@@ -21,8 +21,10 @@ type Stats struct {
 	ConflictKeys int
 	ReadPointer  uint64
 	NextPointer  uint64
-	// LogSyncs counts the syncs a durable log ran (each one shared by every
-	// commit it covered: Committed ÷ LogSyncs is the group size).
+	// LogSyncs counts the group syncs a durable log ran for waiting commits
+	// (each shared by every commit it covered: Committed ÷ LogSyncs is about
+	// the group size; a BadgerLog's syncs at memtable rotation and Close are
+	// not counted).
 	LogSyncs uint64
 	// LogGathers counts syncs a BadgerLog held back for transactions about to
 	// commit; LogGathersJoined those that some commit joined.
