@@ -22,6 +22,12 @@ type BadgerLogOptions struct {
 	// Badger's own SyncWrites syncs its write-ahead log once per transaction,
 	// which is far slower under concurrency.
 	Sync bool
+	// NoGather turns gathering off: a sync starts the moment the first
+	// commit asks for it, as plain group commit does, instead of waiting
+	// (at most about one sync) for the few transactions about to commit.
+	// For latency-bound uses where each commit's own wait matters more than
+	// how many syncs the disk does (see gatherLocked).
+	NoGather bool
 }
 
 // BadgerLog keeps the edit log inside a Badger DB that participants also write
@@ -53,6 +59,7 @@ type BadgerLog struct {
 	syncErr error
 
 	// Gathering (see gatherLocked), under smu but for the atomics.
+	noGather  bool
 	siblings  func() int64 // the coordinator's count; nil: never gather
 	writing   atomic.Int64 // siblings' writes begun and not landed
 	joins     uint64       // siblings' writes landed during gathers
@@ -90,7 +97,7 @@ func NewBadgerLog(db *badger.DB, opts BadgerLogOptions) (*BadgerLog, error) {
 	if len(p) == 0 {
 		p = []byte("\x00tx/")
 	}
-	l := &BadgerLog{db: db, prefix: append([]byte(nil), p...), sync: opts.Sync}
+	l := &BadgerLog{db: db, prefix: append([]byte(nil), p...), sync: opts.Sync, noGather: opts.NoGather}
 	if opts.Sync && !db.Opts().InMemory {
 		l.syncer = newBadgerSyncer(db)
 		l.hooks = hooksOf(db)
@@ -289,7 +296,7 @@ func (l *BadgerLog) Durable(ticket uint64) error {
 
 // watchSiblings implements siblingWatcher: a syncing log gathers.
 func (l *BadgerLog) watchSiblings(count func() int64) bool {
-	if l.syncer == nil {
+	if l.syncer == nil || l.noGather {
 		return false
 	}
 	l.smu.Lock()

@@ -331,3 +331,32 @@ func TestGatherBackOffDoubles(t *testing.T) {
 		t.Fatalf("after the second back-off: gather stats %+v, want one more held", st)
 	}
 }
+
+// BadgerLogOptions.NoGather: the coordinator counts no siblings and a
+// commit syncs at once, whoever else is in progress.
+func TestNoGatherOption(t *testing.T) {
+	db := openBadger(t, t.TempDir(), false)
+	t.Cleanup(func() { db.Close() })
+	l, err := NewBadgerLog(db, BadgerLogOptions{Sync: true, NoGather: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(Options{Log: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := &gatherRig{l: l, c: c}
+	r.commit(t, r.start(t), "warm-up")
+	idle := r.start(t)
+	for range 3 {
+		r.commit(t, r.start(t), "a")
+	}
+	if s := c.Stats(); s.LogGathers != 0 || c.siblings.Load() != 0 || c.watcher != nil {
+		t.Fatalf("NoGather: %d gathers, %d siblings counted, watcher %v; want none", s.LogGathers, c.siblings.Load(), c.watcher)
+	}
+	if s := c.Stats(); s.LogSyncs < 4 {
+		t.Fatalf("NoGather: %d log syncs for 4 commits, want one each", s.LogSyncs)
+	}
+	c.Abort(idle)
+}
