@@ -460,8 +460,6 @@ func (l *BadgerLog) Snapshot(s *State) (func() error, error) {
 // Close writes pending edits and syncs every commit written, deferred ones
 // included. It does not close the DB, which its owner shares.
 func (l *BadgerLog) Close() error {
-	l.paused.Add(1) // for good: nothing gathers for transactions that cannot commit now
-	l.wakeGatherer()
 	err := l.Append(&Batch{Wait: true})
 	if err == nil && l.sync {
 		// Deferred commits nobody waited for: durable before Close returns

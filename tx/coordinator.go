@@ -170,8 +170,8 @@ type Coordinator struct {
 	maxConflictKeys int
 	// realClock: Options.Now is time.Now.
 	realClock bool
-	// siblings counts short transactions in progress that have not begun
-	// their commit's log write, for a log that gathers (watcher non-nil).
+	// siblings counts short transactions in progress that have not begun a
+	// log write, for a log that gathers (watcher non-nil).
 	siblings atomic.Int64
 	watcher  siblingWatcher
 

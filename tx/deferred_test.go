@@ -151,8 +151,14 @@ type syncHeld struct {
 // with the test, after the coordinator's own cleanups).
 func openSyncedLog(t *testing.T, db *badger.DB) (*BadgerLog, *Coordinator) {
 	t.Helper()
+	return openLogWith(t, db, BadgerLogOptions{Sync: true})
+}
+
+// openLogWith is openSyncedLog with the log's options given.
+func openLogWith(t *testing.T, db *badger.DB, opts BadgerLogOptions) (*BadgerLog, *Coordinator) {
+	t.Helper()
 	t.Cleanup(func() { db.Close() })
-	l, err := NewBadgerLog(db, BadgerLogOptions{Sync: true})
+	l, err := NewBadgerLog(db, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -540,14 +540,14 @@ func TestRecoveredTransactionKeepsItsCheckpoints(t *testing.T) {
 // whose participants may have persisted.
 func TestCanCommitRetryAfterTooLargeLogsStart(t *testing.T) {
 	dir := t.TempDir()
-	l, err := OpenFileLog(dir, FileLogOptions{Sync: true, SegmentSize: 4096})
-	if err != nil {
-		t.Fatal(err)
+	open := func() *Coordinator {
+		l, err := OpenFileLog(dir, FileLogOptions{Sync: true, SegmentSize: 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return must[*Coordinator](t)(Open(Options{Log: l, ExpiryInterval: -1}))
 	}
-	c, err := Open(Options{Log: l, ExpiryInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := open()
 	tx := must[*Tx](t)(c.StartShort(time.Hour))
 	many := make([][]byte, 1000) // 8 KB of key hashes: over the segment
 	for i := range many {
@@ -560,14 +560,7 @@ func TestCanCommitRetryAfterTooLargeLogsStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	crash(c)
-	l2, err := OpenFileLog(dir, FileLogOptions{Sync: true, SegmentSize: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2, err := Open(Options{Log: l2, ExpiryInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c2 := open()
 	defer c2.Close()
 	if got := c2.InProgress(); !slices.Equal(got, []uint64{tx.ID}) {
 		t.Fatalf("in progress after recovery = %v, want the committing transaction %d", got, tx.ID)

@@ -335,16 +335,7 @@ func TestGatherBackOffDoubles(t *testing.T) {
 // BadgerLogOptions.NoGather: the coordinator counts no siblings and a
 // commit syncs at once, whoever else is in progress.
 func TestNoGatherOption(t *testing.T) {
-	db := openBadger(t, t.TempDir(), false)
-	t.Cleanup(func() { db.Close() })
-	l, err := NewBadgerLog(db, BadgerLogOptions{Sync: true, NoGather: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Open(Options{Log: l})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, c := openLogWith(t, openBadger(t, t.TempDir(), false), BadgerLogOptions{Sync: true, NoGather: true})
 	defer c.Close()
 	r := &gatherRig{l: l, c: c}
 	r.commit(t, r.start(t), "warm-up")
