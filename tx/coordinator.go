@@ -178,6 +178,11 @@ type Coordinator struct {
 	stats   counters
 	latency histogram
 
+	// sweepParked (under mu): the sweeper found nothing in progress and
+	// waits on sweepWake, which the next start signals, instead of ticking.
+	sweepParked bool
+	sweepWake   chan struct{}
+
 	stop chan struct{}
 	done sync.WaitGroup
 }
@@ -198,6 +203,7 @@ func Open(opts Options) (*Coordinator, error) {
 		invalid:     emptyInvalid,
 		dirty:       true,
 		conflicts:   newConflictIndex(),
+		sweepWake:   make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 	}
 	c.realClock = opts.realClock
@@ -368,6 +374,10 @@ func (c *Coordinator) start(kind Kind, timeout time.Duration) (*Tx, error) {
 	c.inProgress[id] = st
 	c.ordered = append(c.ordered, id)
 	c.stats.started++
+	if c.sweepParked {
+		c.sweepParked = false
+		c.sweepWake <- struct{}{} // never blocks: only a parked sweeper drains it, once per park
+	}
 	if c.watcher != nil && kind == Short {
 		st.sibling = true
 		c.siblings.Add(1)
@@ -876,6 +886,10 @@ func (c *Coordinator) endRecovered() {
 	c.pruneInvalidLocked()
 }
 
+// sweep expires timed-out transactions every tick. With nothing in progress
+// nothing can time out, so it parks until the next start rather than waking
+// an idle process ten times a second; pruning needs no tick then either (a
+// Pruner's report prunes on the spot).
 func (c *Coordinator) sweep(every time.Duration) {
 	defer c.done.Done()
 	t := time.NewTicker(every)
@@ -885,9 +899,23 @@ func (c *Coordinator) sweep(every time.Duration) {
 		case <-c.stop:
 			return
 		case <-t.C:
-			c.ExpireTimedOut()
-			c.pruneInvalid()
 		}
+		c.ExpireTimedOut()
+		c.pruneInvalid()
+		c.mu.Lock()
+		c.sweepParked = len(c.inProgress) == 0
+		parked := c.sweepParked
+		c.mu.Unlock()
+		if !parked {
+			continue
+		}
+		t.Stop()
+		select {
+		case <-c.stop:
+			return
+		case <-c.sweepWake:
+		}
+		t.Reset(every)
 	}
 }
 

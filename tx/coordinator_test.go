@@ -169,6 +169,40 @@ func TestTimeoutInvalidates(t *testing.T) {
 	}
 }
 
+// The background sweeper parks while nothing is in progress (an idle
+// process does not wake for it) and the next start wakes it: that
+// transaction still times out without anyone calling ExpireTimedOut.
+func TestSweeperParksAndWakes(t *testing.T) {
+	clk := newFakeClock()
+	c := mustOpen(t, Options{Now: clk.Now, ExpiryInterval: time.Millisecond})
+	parked := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.sweepParked
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFor("the sweeper did not park with nothing in progress", parked)
+	a := must[*Tx](t)(c.StartShort(time.Second))
+	if parked() {
+		t.Fatal("a start left the sweeper parked")
+	}
+	clk.Advance(2 * time.Second)
+	waitFor("the woken sweeper did not expire a timed-out transaction", func() bool { return c.Stats().TimedOut == 1 })
+	if err := c.Commit(a); !errors.Is(err, ErrNotInProgress) {
+		t.Fatalf("commit after the sweeper expired it = %v, want ErrNotInProgress", err)
+	}
+	waitFor("the sweeper did not park again", parked)
+}
+
 func TestInvalidateAndPrune(t *testing.T) {
 	c := mustOpen(t, Options{})
 	start := must[*Tx](t)
