@@ -104,10 +104,15 @@ type Backend struct {
 
 	evictMu sync.Mutex // one eviction pass at a time
 
-	freed       atomic.Int64 // payload bytes evicted, truncated or deleted since Open
-	produced    atomic.Int64 // payload bytes committed by producers since Open
-	wroteBack   atomic.Int64 // writeback syncs so far (tests)
-	reclaimedAt atomic.Int64 // freed when the last reclaim started
+	freed      atomic.Int64 // payload bytes evicted, truncated or deleted since Open
+	produced   atomic.Int64 // payload bytes committed by producers since Open
+	wroteBack  atomic.Int64 // writeback syncs so far (tests)
+	evictReads atomic.Int64 // eviction passes over a queue that read Badger (tests)
+	// writebackIdle: the writeback loop found nothing produced and waits on
+	// writebackWake instead of ticking (an idle app wakes for nothing).
+	writebackIdle atomic.Bool
+	writebackWake chan struct{}
+	reclaimedAt   atomic.Int64 // freed when the last reclaim started
 	// followUps: reclaims still to run on GC ticks after one whose GC
 	// collected nothing (see the GC tick in loop).
 	followUps atomic.Int32
@@ -261,6 +266,7 @@ func Open(db *badger.DB, opts Options) (*Backend, error) {
 	b.wg.Add(1)
 	go b.background()
 	if !opts.Sync && opts.WritebackInterval > 0 && !db.Opts().InMemory {
+		b.writebackWake = make(chan struct{}, 1)
 		b.wg.Add(1)
 		go b.writeback()
 	}

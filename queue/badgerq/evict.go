@@ -39,11 +39,20 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 	ttl := q.cfg.TTL
 	low := ^uint64(0)
 	var delEvents, delBytes, expired int64
-
-	wb := b.db.NewWriteBatch()
-	defer wb.Cancel()
-	txn := b.db.NewTransaction(false)
-	defer txn.Discard()
+	// The batch and the read transaction are made on first use, so an idle
+	// queue's pass touches nothing in Badger: each transaction wakes Badger's
+	// watermark goroutine twice, and an empty batch's Flush still runs its
+	// callback on a goroutine of its own and waits for it.
+	var wb *badger.WriteBatch
+	var txn *badger.Txn
+	defer func() {
+		if wb != nil {
+			wb.Cancel()
+		}
+		if txn != nil {
+			txn.Discard()
+		}
+	}()
 
 	var levels []levelMax
 	for p := 0; p < q.cfg.Partitions; p++ {
@@ -72,6 +81,17 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 					bound = min(bound, l.cursor())
 				}
 			}
+			if ttl == 0 && bound > 0 && bound <= lm.evictFrom {
+				// Nothing consumed since the last pass and nothing can
+				// expire: the first entry left is at or above bound,
+				// and low is already at or below it (bound is one of
+				// the cursors low took; 0 means a group has none here).
+				continue
+			}
+			if txn == nil {
+				txn = b.db.NewTransaction(false)
+				b.evictReads.Add(1)
+			}
 			lp := levelPrefix(q.id, uint16(p), prio)
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: lp})
 			kept := ^uint64(0)
@@ -87,6 +107,9 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 					kept = k.wp
 					low = min(low, k.wp)
 					break
+				}
+				if wb == nil {
+					wb = b.db.NewWriteBatch()
 				}
 				if err = wb.Delete(it.Item().KeyCopy(nil)); err != nil {
 					break
@@ -106,6 +129,9 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 			// and holes are at or above the group's cursor.
 			ix.setEvictFrom(prio, max(lm.evictFrom, min(bound, kept)))
 		}
+	}
+	if wb == nil {
+		return low, nil
 	}
 	if err := wb.Flush(); err != nil {
 		return low, err

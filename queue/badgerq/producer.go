@@ -156,6 +156,7 @@ func (p *producer) PostCommit() {
 	q.events.Add(p.events)
 	q.bytes.Add(p.bytes)
 	p.b.produced.Add(p.bytes)
+	p.b.wakeWriteback()
 	q.release(p.events, p.bytes, false)
 	wrote := len(p.bufs) > 0
 	p.events, p.bytes = 0, 0

@@ -16,6 +16,10 @@ import (
 // while producers commit, off the write path, so a rotation finds little
 // left to write. It makes nothing durable that callers rely on: durability
 // stays the log's business (Sync / tx.BadgerLogOptions.Sync).
+//
+// A tick that finds nothing produced stops the ticker: the loop sleeps until
+// the next producer commit wakes it (wakeWriteback), so an idle app does not
+// wake every WritebackInterval for nothing.
 func (b *Backend) writeback() {
 	defer b.wg.Done()
 	s := tx.NewBadgerSyncer(b.db)
@@ -28,11 +32,37 @@ func (b *Backend) writeback() {
 		case <-b.stop:
 			return
 		case <-t.C:
-			if n := b.produced.Load(); n != seen {
-				seen = n
-				_ = s.Sync() // best effort; a failing disk fails the next durable write
-				b.wroteBack.Add(1)
+		}
+		if n := b.produced.Load(); n != seen {
+			seen = n
+			_ = s.Sync() // best effort; a failing disk fails the next durable write
+			b.wroteBack.Add(1)
+			continue
+		}
+		// Idle: park. The flag goes up before the second look at
+		// produced, and a producer adds to produced before it looks at
+		// the flag, so one of the two sees the other.
+		t.Stop()
+		b.writebackIdle.Store(true)
+		if b.produced.Load() == seen {
+			select {
+			case <-b.stop:
+				return
+			case <-b.writebackWake:
 			}
+		}
+		b.writebackIdle.Store(false)
+		t.Reset(b.opts.WritebackInterval)
+	}
+}
+
+// wakeWriteback is called after each producer commit: it wakes a parked
+// writeback loop (one atomic load otherwise).
+func (b *Backend) wakeWriteback() {
+	if b.writebackIdle.Load() {
+		select {
+		case b.writebackWake <- struct{}{}:
+		default:
 		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // Without Sync the writeback loop syncs the DB's files while producers
-// commit, and stays quiet while they do not; with Sync (the log syncs every
+// commit, and parks while they do not until a commit wakes it; with Sync (the log syncs every
 // commit) or a negative interval it does not run at all.
 func TestWriteback(t *testing.T) {
 	for _, c := range []struct {
@@ -77,6 +77,29 @@ func TestWriteback(t *testing.T) {
 			}
 			if got := be.wroteBack.Load() > 0; got != c.produces {
 				t.Fatalf("writeback synced: %v, want %v", got, c.produces)
+			}
+			if !c.produces {
+				return
+			}
+			// Quiet again: the loop parks instead of ticking, and the
+			// next commit wakes it for one more sync.
+			for !be.writebackIdle.Load() {
+				if time.Now().After(deadline) {
+					t.Fatal("the writeback loop did not park while nothing was produced")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			before := be.wroteBack.Load()
+			time.Sleep(20 * time.Millisecond) // four intervals
+			if n := be.wroteBack.Load(); n != before {
+				t.Fatalf("%d writeback syncs while parked", n-before)
+			}
+			produce()
+			for be.wroteBack.Load() == before {
+				if time.Now().After(deadline) {
+					t.Fatal("a commit did not wake the parked writeback loop")
+				}
+				time.Sleep(time.Millisecond)
 			}
 		})
 	}
