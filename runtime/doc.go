@@ -35,7 +35,11 @@
 // Publisher's Publish run in steps of their own. An idle instance does not
 // poll: it waits for its queues' wake-ups (queue.Notifier), its tick, or,
 // for a source that returned flowlet.ErrIdle, Options.IdleWait or its
-// Waker's Ready.
+// Waker's Ready; a Poller (a followed file) is asked every IdleWait whether
+// its input changed, and stepped only when it did. The background work of
+// an idle app parks too (the queue backend's writeback, the coordinator's
+// expiry sweeper; eviction reads nothing where nothing was consumed): what
+// is left is Badger's compactor ticks.
 //
 // A conflict redoes the step at once. A failed event aborts the step, which
 // is retried after the flowlet's retries.backoff (doubled up to
@@ -65,8 +69,8 @@
 //
 // Besides the flowlet interfaces, the runtime recognizes, structurally,
 // StepObserver (told of each commit and abort), Publisher (publishes
-// committed output after each step that consumed input), Waker, Ingester (App.Ingest, the HTTP
-// API's ingest) and BatchBorrower; a step's Context also implements
+// committed output after each step that consumed input), Waker, Poller,
+// Ingester (App.Ingest, the HTTP API's ingest) and BatchBorrower; a step's Context also implements
 // DeadLetterer and EventDeadLetterer. runtime/builtin uses them.
 //
 // # Operating a running app

@@ -50,6 +50,17 @@ type Waker interface {
 	Ready() <-chan struct{}
 }
 
+// Poller is implemented by sources that must poll something outside (a
+// followed file): after ErrIdle the runtime asks Changed every
+// Options.IdleWait and runs the next step only when it reports true, so an
+// idle source costs what Changed costs (a stat) rather than a transaction.
+// Changed is called on the instance's goroutine, between steps; a false
+// positive costs one idle step, a false negative delays input until it
+// changes again, so it must not have any.
+type Poller interface {
+	Changed() bool
+}
+
 // route is one output of one instance: a producer on the output's queue.
 type route struct {
 	queue    string
@@ -363,6 +374,7 @@ func (in *instance) runSource(ctx context.Context) error {
 	if w, ok := in.f.(Waker); ok {
 		ready = w.Ready()
 	}
+	poller, _ := in.f.(Poller)
 	idle := time.NewTimer(time.Hour)
 	idle.Stop()
 	defer idle.Stop()
@@ -392,14 +404,20 @@ func (in *instance) runSource(ctx context.Context) error {
 			a.sourcesLeft.Add(-1)
 			return nil
 		case res == srcIdle:
-			idle.Reset(a.opts.IdleWait)
-			select {
-			case <-ctx.Done():
-			case <-in.stop:
-			case <-idle.C:
-			case <-ready:
+			for waiting := true; waiting; {
+				idle.Reset(a.opts.IdleWait)
+				select {
+				case <-ctx.Done():
+					waiting = false
+				case <-in.stop:
+					waiting = false
+				case <-ready:
+					waiting = false
+				case <-idle.C:
+					waiting = poller != nil && !poller.Changed()
+				}
+				idle.Stop()
 			}
-			idle.Stop()
 		}
 	}
 	return nil

@@ -38,6 +38,7 @@ type FileSource struct {
 	pos         int64 // offset of r's next byte
 	line        []byte
 	initialized bool
+	idleSize    int64 // the file's size when Generate last found nothing new (following)
 }
 
 // state: "pos" = offset (8 bytes) + skipping flag (1 byte) + skip start (8 bytes).
@@ -85,6 +86,15 @@ func (s *FileSource) Init(ic flowlet.InitContext) error {
 	s.f = f
 	s.r = bufio.NewReaderSize(f, 256<<10)
 	return nil
+}
+
+// Changed implements runtime.Poller while following: the runtime runs the
+// next step only once the file's size moved from what the last idle step saw
+// (it grew; or shrank, which that step reports as an error). A failing stat
+// counts as a change, so the step reports it.
+func (s *FileSource) Changed() bool {
+	fi, err := s.f.Stat()
+	return err != nil || fi.Size() != s.idleSize
 }
 
 func (s *FileSource) Close() error {
@@ -141,7 +151,8 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 	if err != nil {
 		return err
 	}
-	if fi, err := s.f.Stat(); err == nil && fi.Size() < p.off {
+	fi, err := s.f.Stat()
+	if err == nil && fi.Size() < p.off {
 		return fmt.Errorf("file_source: %s is %d bytes, shorter than the committed offset %d: the file was truncated or replaced; use a new data directory to read it again", s.path, fi.Size(), p.off)
 	}
 	if err := s.seek(p.off); err != nil {
@@ -244,6 +255,10 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 	}
 	if eof && lines == 0 && p == start {
 		if s.follow {
+			s.idleSize = -1
+			if fi != nil {
+				s.idleSize = fi.Size()
+			}
 			return flowlet.ErrIdle
 		}
 		return flowlet.ErrEndOfInput
