@@ -45,7 +45,9 @@ type BatchBorrower interface {
 }
 
 // Waker is implemented by sources that know when input arrives (the HTTP
-// source): after ErrIdle the runtime waits for Ready instead of polling.
+// source): after ErrIdle the runtime steps it again as soon as Ready
+// fires, and after Options.IdleWait at the latest (a wake-up the source
+// missed costs at most that).
 type Waker interface {
 	Ready() <-chan struct{}
 }
