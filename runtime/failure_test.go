@@ -190,7 +190,7 @@ func TestIdleAppUsesNoCPU(t *testing.T) {
 	opts := runtime.Options{NoSync: true, DataDir: filepath.Join(dir, "data")}
 	input := filepath.Join(dir, "in.txt")
 	os.WriteFile(input, []byte("a\nb\n"), 0o644)
-	a, err := runtime.Open(plan(t, dir, `
+	a := runApp(t, plan(t, dir, `
 app: t
 flowlets:
   src: {type: file_source, config: {path: `+input+`, follow: true}}
@@ -200,13 +200,6 @@ connections:
   - {from: src, to: a}
   - {from: a, to: b}
 `), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for counter(t, a, "b", "n", "total") != 2 {
 		if time.Now().After(deadline) {
@@ -227,10 +220,6 @@ connections:
 		if s := float64(u) / float64(time.Since(wall)); s < share {
 			share, used = s, u
 		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 	t.Logf("idle app: %v CPU in its quietest second (%.2f%% of a core)", used, 100*share)
 	if share > 0.05 {

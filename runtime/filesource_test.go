@@ -1,7 +1,6 @@
 package runtime_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,7 +19,7 @@ func TestFileSourceFollow(t *testing.T) {
 	if err := os.WriteFile(input, []byte("a\nb\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a, err := runtime.Open(plan(t, dir, `
+	a := runApp(t, plan(t, dir, `
 app: t
 flowlets:
   src: {type: file_source, config: {path: `+input+`, follow: true}}
@@ -28,19 +27,6 @@ flowlets:
 connections:
   - {from: src, to: c}
 `), runtime.Options{NoSync: true, DataDir: filepath.Join(dir, "data"), IdleWait: 2 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
 	deadline := time.Now().Add(10 * time.Second)
 	waitTotal := func(want int64) {
 		t.Helper()

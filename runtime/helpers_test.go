@@ -143,6 +143,27 @@ func runDrain(t testing.TB, dir, yaml string, opts runtime.Options) *runtime.App
 	return a
 }
 
+// runApp opens p and runs it in the background until the test ends; the
+// cleanup stops the run (an error from Run fails the test) and closes the app.
+func runApp(t testing.TB, p *planner.Plan, opts runtime.Options) *runtime.App {
+	t.Helper()
+	a, err := runtime.Open(p, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		a.Close()
+	})
+	return a
+}
+
 func counter(t testing.TB, a *runtime.App, fl, table, key string) int64 {
 	t.Helper()
 	var n int64

@@ -44,20 +44,7 @@ connections:
 func testWakeups(t *testing.T, generated uint64, yaml string) {
 	dir := t.TempDir()
 	p := plan(t, dir, yaml)
-	a, err := runtime.Open(p, runtime.Options{DataDir: filepath.Join(dir, "data")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
+	a := runApp(t, p, runtime.Options{DataDir: filepath.Join(dir, "data")})
 	cnt := func() runtime.FlowletStatus {
 		for _, f := range a.Status().Flowlets {
 			if f.Name == "cnt" {
@@ -79,7 +66,7 @@ func testWakeups(t *testing.T, generated uint64, yaml string) {
 	}
 	wait("generated events processed", func(f runtime.FlowletStatus) bool { return f.Processed == generated })
 
-	n, err := a.Ingest(ctx, "cnt", "gen.out", []runtime.IngestEvent{{Payload: []byte("i1")}, {Payload: []byte("bad1")}, {Payload: []byte("i2")}})
+	n, err := a.Ingest(context.Background(), "cnt", "gen.out", []runtime.IngestEvent{{Payload: []byte("i1")}, {Payload: []byte("bad1")}, {Payload: []byte("i2")}})
 	if err != nil || n != 3 {
 		t.Fatalf("ingest: %d, %v", n, err)
 	}
