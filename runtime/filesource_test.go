@@ -10,8 +10,9 @@ import (
 )
 
 // A followed file: appended lines arrive, a partial last line waits for its
-// "\n", and while the file does not grow the source runs no step at all (the
-// runtime asks the source's Changed, a stat, every IdleWait instead of
+// "\n" (also when it is completed in place, without the file growing), and
+// while a file ending in "\n" does not grow the source runs no step at all
+// (the runtime asks the source's Changed, a stat, every IdleWait instead of
 // starting a transaction).
 func TestFileSourceFollow(t *testing.T) {
 	dir := t.TempDir()
@@ -65,4 +66,18 @@ connections:
 	if n := counter(t, a, "c", "seen", "c"); n != 1 {
 		t.Fatalf(`line "c" counted %d times, want 1`, n)
 	}
+	// A writer that preallocates and fills in place: the file does not
+	// grow when the line is completed, and the line still arrives.
+	appendFile("\x00\x00\x00\x00")
+	time.Sleep(20 * time.Millisecond)
+	f, err := os.OpenFile(input, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := f.Stat()
+	if _, err := f.WriteAt([]byte("e\n"), fi.Size()-4); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	waitTotal(5)
 }

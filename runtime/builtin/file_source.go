@@ -38,7 +38,7 @@ type FileSource struct {
 	pos         int64 // offset of r's next byte
 	line        []byte
 	initialized bool
-	idleSize    int64 // the file's size when Generate last found nothing new (following)
+	idleSize    int64 // following: the committed offset when the last idle step found the file ending there; -1 otherwise
 }
 
 // state: "pos" = offset (8 bytes) + skipping flag (1 byte) + skip start (8 bytes).
@@ -88,10 +88,11 @@ func (s *FileSource) Init(ic flowlet.InitContext) error {
 	return nil
 }
 
-// Changed implements runtime.Poller while following: the runtime runs the
-// next step only once the file's size moved from what the last idle step saw
-// (it grew; or shrank, which that step reports as an error). A failing stat
-// counts as a change, so the step reports it.
+// Changed implements runtime.Poller while following: when the last idle
+// step found the file ending exactly at the committed offset, the runtime
+// runs the next step only once the size moved (it grew; or shrank, which
+// that step reports as an error). Anything else — a partial last line, a
+// failing stat — counts as a change.
 func (s *FileSource) Changed() bool {
 	fi, err := s.f.Stat()
 	return err != nil || fi.Size() != s.idleSize
@@ -255,9 +256,13 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 	}
 	if eof && lines == 0 && p == start {
 		if s.follow {
+			// Only a file that ends exactly at the committed offset can
+			// skip polls until it grows: past a partial last line, a
+			// writer may complete it in place (preallocated space, mmap)
+			// without growing the file, so every poll steps.
 			s.idleSize = -1
-			if fi != nil {
-				s.idleSize = fi.Size()
+			if fi != nil && fi.Size() == p.off {
+				s.idleSize = p.off
 			}
 			return flowlet.ErrIdle
 		}
