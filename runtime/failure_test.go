@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -231,4 +232,45 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// A generator's positions hold only under the instance count they were
+// written with (instance i of n emits i, i+n, …): a run with another count
+// stops the source with an error naming both counts, and emits nothing.
+func TestGeneratorRefusesNewInstanceCount(t *testing.T) {
+	dir := t.TempDir()
+	app := func(instances int) string {
+		return fmt.Sprintf(`
+app: t
+flowlets:
+  gen: {type: generator, instances: %d, config: {count: 100}}
+  c: {type: t_count}
+connections:
+  - {from: gen, to: c}
+`, instances)
+	}
+	a := runDrain(t, dir, app(1), runtime.Options{NoSync: true})
+	if n := counter(t, a, "c", "n", "total"); n != 100 {
+		t.Fatalf("first run: total %d, want 100", n)
+	}
+	a.Close()
+	for _, instances := range []int{2, 1} {
+		b, err := runtime.Open(plan(t, dir, app(instances)), runtime.Options{NoSync: true, Drain: true, DataDir: filepath.Join(dir, "data")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		err = b.Run(ctx)
+		cancel()
+		if instances == 2 && (err == nil || !strings.Contains(err.Error(), "written with instances: 1, and this run has 2")) {
+			t.Fatalf("run with 2 instances: %v, want the instance-count error", err)
+		}
+		if instances == 1 && err != nil {
+			t.Fatalf("run with the original count again: %v", err)
+		}
+		if n := counter(t, b, "c", "n", "total"); n != 100 {
+			t.Fatalf("instances %d: total %d, want 100 (nothing emitted twice)", instances, n)
+		}
+		b.Close()
+	}
 }

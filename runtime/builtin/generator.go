@@ -24,14 +24,22 @@ func init() {
 // keys maps partition key names to templates (a hash connection needs its
 // key). rate limits events per second for the whole flowlet (0 = as fast as
 // possible). The count emitted so far commits with the events.
+//
+// The positions mean something only under the instance count they were
+// written with, which the first step records: a later run with another
+// count stops the source with an error rather than emit some numbers twice
+// and skip others.
 type Generator struct {
 	count    int64
 	rate     float64
 	payload  template
 	keys     []keyTemplate
 	batch    int
+	name     string
 	instance int
 	n        int
+	// layoutChecked: a committed step recorded this run's instance count.
+	layoutChecked bool
 
 	started   time.Time
 	startDone int64 // emitted (committed) when this run started
@@ -90,12 +98,37 @@ func (g *Generator) Init(ic flowlet.InitContext) error {
 			g.keys = append(g.keys, keyTemplate{k, t})
 		}
 	}
-	g.instance, g.n = ic.Instance, ic.Instances
+	g.name, g.instance, g.n = ic.Name, ic.Instance, ic.Instances
+	return nil
+}
+
+// instancesKey holds the instance count the positions were written with.
+var instancesKey = []byte("instances")
+
+// checkLayout refuses positions written under another instance count, and
+// records the count until a step that did so has committed (the first
+// steps of several instances conflict on it once; a retry then sees it).
+func (g *Generator) checkLayout(t flowlet.Table) error {
+	n, err := getU64(t, instancesKey)
+	switch {
+	case err != nil:
+		return err
+	case n == 0: // a new store (or one written before the count was recorded)
+		return putU64(t, instancesKey, uint64(g.n))
+	case n != uint64(g.n):
+		return flowlet.Permanent(fmt.Errorf("generator %q: its positions were written with instances: %d, and this run has %d: instance i of n emits the numbers i, i+n, i+2n, …, so a position cannot carry over to another count (some numbers would be emitted twice, others never); run with instances: %d, or start from a new data directory", g.name, n, g.n, n))
+	}
+	g.layoutChecked = true
 	return nil
 }
 
 func (g *Generator) Generate(ctx flowlet.Context) error {
 	t := ctx.State(posTable)
+	if !g.layoutChecked {
+		if err := g.checkLayout(t); err != nil {
+			return err
+		}
+	}
 	key := []byte("pos/" + strconv.Itoa(g.instance))
 	done, err := getU64(t, key)
 	if err != nil {
