@@ -18,16 +18,22 @@ type rateMeter struct {
 
 func (r *rateMeter) add(n int) {
 	r.mu.Lock()
+	if r.since.IsZero() {
+		// The first window starts with the first events, not at the first
+		// reading: counting events from before it over a shorter window
+		// overstated the first rate (2× for a status read 8 s in).
+		r.since = time.Now()
+	}
 	r.count += uint64(n)
 	r.mu.Unlock()
 }
 
-// rate returns the rate of the last full window (at least 1s).
+// rate returns the rate of the last full window (at least 1s; the first
+// window starts at the first add).
 func (r *rateMeter) rate(now time.Time) float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.since.IsZero() {
-		r.since = now
 		return 0
 	}
 	if d := now.Sub(r.since); d >= time.Second {
