@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -66,7 +67,8 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 func isUsage(err error) bool {
 	s := err.Error()
-	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires at least", "flag needs an argument", "invalid argument"} {
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires at least", "flag needs an argument", "invalid argument",
+		"none of the others can be"} { // cobra's MarkFlagsMutuallyExclusive
 		if strings.Contains(s, p) {
 			return true
 		}
@@ -103,6 +105,32 @@ func (g *globals) root() *cobra.Command {
 
 func (g *globals) addJSON(c *cobra.Command) {
 	c.Flags().BoolVar(&g.asJSON, "json", false, "write JSON (specs/cli.md documents the format)")
+}
+
+// checkCount rejects a negative count flag (-n): 0 already means "all", and
+// a negative one used to read as "all" too (the HTTP API answers 400).
+func checkCount(c *cobra.Command, name string, n int) error {
+	if n >= 0 {
+		return nil
+	}
+	return &exitError{ExitUsage, fmt.Errorf("%s must be 0 or more, not %d", flagName(c, name), n)}
+}
+
+// checkInterval rejects a non-positive refresh interval before anything
+// starts (time.NewTicker panics on one).
+func checkInterval(c *cobra.Command, name string, d time.Duration) error {
+	if d > 0 {
+		return nil
+	}
+	return &exitError{ExitUsage, fmt.Errorf("%s must be positive, not %s", flagName(c, name), d)}
+}
+
+// flagName is how the user may have written a flag: -n/--limit.
+func flagName(c *cobra.Command, name string) string {
+	if f := c.Flags().Lookup(name); f != nil && f.Shorthand != "" {
+		return "-" + f.Shorthand + "/--" + name
+	}
+	return "--" + name
 }
 
 func (g *globals) logger() (*slog.Logger, error) {

@@ -93,6 +93,7 @@ func (g *globals) planCmd() *cobra.Command {
 	}
 	c.Flags().BoolVar(&dot, "dot", false, "write a Graphviz digraph")
 	g.addJSON(c)
+	c.MarkFlagsMutuallyExclusive("dot", "json")
 	return c
 }
 
@@ -172,6 +173,9 @@ func (g *globals) stateCmd() *cobra.Command {
 		Short: "list the keys and values of a table (every table without TABLE)",
 		Args:  cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkCount(cmd, "limit", limit); err != nil {
+				return err
+			}
 			table := ""
 			if len(args) == 3 {
 				table = args[2]
@@ -364,6 +368,9 @@ func (g *globals) queueCmd() *cobra.Command {
 		Short: "show stored entries of a queue (committed, not yet evicted)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkCount(cmd, "lines", n); err != nil {
+				return err
+			}
 			ref, s, err := g.openApp(args[0])
 			if err != nil {
 				return err
@@ -407,6 +414,9 @@ func (g *globals) dlqCmd() *cobra.Command {
 		Short: "list dead letters (of every flowlet without FLOWLET)",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkCount(cmd, "limit", n); err != nil {
+				return err
+			}
 			_, s, err := g.openApp(args[0])
 			if err != nil {
 				return err

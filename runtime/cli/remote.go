@@ -110,6 +110,12 @@ func (g *globals) topCmd() *cobra.Command {
 		Short: "watch a running app: the status view, refreshed in the terminal until Ctrl-C",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkInterval(cmd, "interval", interval); err != nil {
+				return err
+			}
+			if err := checkCount(cmd, "iterations", iterations); err != nil {
+				return err
+			}
 			cl, err := g.client(args[0], &r)
 			if err != nil {
 				return err

@@ -52,6 +52,12 @@ non-loopback address needs a bearer token (--http-token or
 ` + httpapi.TokenEnv + `).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if progress != "auto" && progress != "always" && progress != "never" {
+				return &exitError{ExitUsage, fmt.Errorf("--progress must be auto, always or never, not %q", progress)}
+			}
+			if err := checkInterval(cmd, "progress-interval", interval); err != nil {
+				return err
+			}
 			// Before anything slow (opening the store, building plugins): a
 			// signal during start-up then stops the run cleanly, exit 0,
 			// instead of killing the process with the default handler.

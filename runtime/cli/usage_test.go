@@ -1,0 +1,36 @@
+package cli
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Bad flag values are a bad command line (exit 2) naming the flag, checked
+// before anything opens or runs: non-positive intervals used to panic
+// (time.NewTicker), negative counts to read as "all", an unknown --progress
+// as "auto".
+func TestUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	app := filepath.Join(dir, "missing.yaml") // never read: the flags fail first
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"top", "x", "--interval", "0"}, "--interval must be positive, not 0s"},
+		{[]string{"top", "x", "--interval", "-1s"}, "--interval must be positive, not -1s"},
+		{[]string{"top", "x", "-n", "-3"}, "-n/--iterations must be 0 or more, not -3"},
+		{[]string{"run", "--drain", "--progress", "always", "--progress-interval", "0", app}, "--progress-interval must be positive"},
+		{[]string{"run", "--progress", "sometimes", app}, `--progress must be auto, always or never, not "sometimes"`},
+		{[]string{"queue", "tail", "x", "q", "-n", "-1"}, "-n/--lines must be 0 or more, not -1"},
+		{[]string{"state", "scan", "x", "f", "-n", "-1"}, "-n/--limit must be 0 or more, not -1"},
+		{[]string{"dlq", "ls", "x", "-n", "-1"}, "-n/--limit must be 0 or more, not -1"},
+		{[]string{"plan", "--dot", "--json", app}, "[dot json] were all set"},
+	} {
+		code, out := runCLI(t, append(tc.args, "--data", data)...)
+		if code != ExitUsage || !strings.Contains(out, tc.want) {
+			t.Errorf("flowrun %s: exit %d, want %d and %q\n%s", strings.Join(tc.args, " "), code, ExitUsage, tc.want, out)
+		}
+	}
+}
