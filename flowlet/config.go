@@ -1,10 +1,12 @@
 package flowlet
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -13,7 +15,10 @@ import (
 // getters. Values arrive as YAML typed them (string, int, float64, bool, nil,
 // []any, map[string]any). Every getter takes a default for a field that is
 // absent or null, and returns a *ConfigError naming the flowlet and the field
-// when the value has the wrong type.
+// when the value has the wrong type. Like the planner's own fields, Int,
+// Float and Bool also take a string holding their value: inside a flow
+// mapping a variable must be quoted, so `{count: "${N:100}"}` is the
+// string "100". String takes only strings (007 would have become 7).
 //
 //	path, err := ic.Config.String("path", "")
 //	every, err := ic.Config.Duration("flush_every", 10*time.Second)
@@ -107,6 +112,15 @@ func (c Config) Int(field string, def int) (int, error) {
 			return int(n), nil
 		}
 		return def, c.errorf(field, "want an integer, got %s", describe(v))
+	case string:
+		i, err := strconv.Atoi(strings.TrimSpace(n))
+		if err == nil {
+			return i, nil
+		}
+		if errors.Is(err, strconv.ErrRange) {
+			return def, c.errorf(field, "integer %s out of range", strings.TrimSpace(n))
+		}
+		return def, c.errorf(field, "want an integer, got %s", describe(v))
 	default:
 		return def, c.errorf(field, "want an integer, got %s", describe(v))
 	}
@@ -128,6 +142,10 @@ func (c Config) Float(field string, def float64) (float64, error) {
 		return float64(n), nil
 	case uint64:
 		return float64(n), nil
+	case string:
+		if f, err := strconv.ParseFloat(strings.TrimSpace(n), 64); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
+			return f, nil
+		}
 	}
 	return def, c.errorf(field, "want a number, got %s", describe(v))
 }
@@ -138,11 +156,18 @@ func (c Config) Bool(field string, def bool) (bool, error) {
 	if !ok {
 		return def, nil
 	}
-	b, ok := v.(bool)
-	if !ok {
-		return def, c.errorf(field, "want true or false, got %s", describe(v))
+	switch b := v.(type) {
+	case bool:
+		return b, nil
+	case string:
+		switch strings.ToLower(strings.TrimSpace(b)) {
+		case "true":
+			return true, nil
+		case "false":
+			return false, nil
+		}
 	}
-	return b, nil
+	return def, c.errorf(field, "want true or false, got %s", describe(v))
 }
 
 // Duration returns a duration field written as Go durations are ("250ms",

@@ -13,7 +13,21 @@ func TestConfig(t *testing.T) {
 		"path": "/tmp/x", "n": 5, "f": 2.0, "half": 2.5, "big": uint64(1 << 63),
 		"every": "250ms", "zero": 0, "bare": 10, "on": true, "list": []any{"a", "b"},
 		"mixed": []any{"a", 1}, "null": nil,
+		// What a quoted variable in a flow mapping gives: {count: "${N:100}"}.
+		"sn": " 100", "sf": "2.5", "sb": "True", "sbig": "99999999999999999999",
 	})
+	if n, err := c.Int("sn", 0); err != nil || n != 100 {
+		t.Fatal("an integer in a string:", n, err)
+	}
+	if f, err := c.Float("sf", 0); err != nil || f != 2.5 {
+		t.Fatal("a number in a string:", f, err)
+	}
+	if b, err := c.Bool("sb", false); err != nil || !b {
+		t.Fatal("a boolean in a string:", b, err)
+	}
+	if s, err := c.String("sn", ""); err != nil || s != " 100" {
+		t.Fatal("a string stays the string it was:", s, err)
+	}
 	if s, err := c.String("path", ""); err != nil || s != "/tmp/x" {
 		t.Fatal(s, err)
 	}
@@ -60,6 +74,9 @@ func TestConfig(t *testing.T) {
 		{second(c.Bool("path", false)), `config field "path": want true or false, got the string "/tmp/x"`},
 		{second(c.Strings("mixed", nil)), `config field "mixed": item 1: want a string, got the number 1`},
 		{second(c.Float("on", 0)), `want a number, got the boolean true`},
+		{second(c.Float("path", 0)), `want a number, got the string "/tmp/x"`},
+		{second(c.Int("sf", 0)), `config field "sf": want an integer, got the string "2.5"`},
+		{second(c.Int("sbig", 0)), `config field "sbig": integer 99999999999999999999 out of range`},
 		{c.Require("path", "addr"), `flowlet "reader": config field "addr": required but not set`},
 		{NewConfig("x", map[string]any{"pth": 1}).Known("path"), `flowlet "x": config field "pth": unknown field (known: path)`},
 		{NewConfig("x", map[string]any{"b": 1, "a": 1}).Known("path"), `flowlet "x": config: unknown fields a, b (known: path)`},
