@@ -3,7 +3,10 @@ package cli
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"unicode/utf8"
 
@@ -203,18 +206,68 @@ func (g *globals) openApp(appArg string) (appRef, *runtime.Store, error) {
 	return ref, s, err
 }
 
-func (g *globals) kindOf(s *runtime.Store, app, fl, table string, counters bool) (string, error) {
-	if counters {
-		return "counters", nil
+// checkFlowlet rejects a flowlet the app does not have (a typo used to read
+// as a flowlet without state): the plan's flowlets when APP is a file, else
+// those with a dead-letter queue in the store (every flowlet that ran has
+// one); a flowlet with stored state is always known.
+func checkFlowlet(ref appRef, s *runtime.Store, fl string) error {
+	var known []string
+	where := "flowlets"
+	if ref.plan != nil {
+		for _, f := range ref.plan.Flowlets {
+			known = append(known, f.Name)
+		}
+	} else {
+		var err error
+		if known, err = s.DLQFlowlets(); err != nil {
+			return &exitError{ExitFailure, err}
+		}
+		where = "flowlets in its store"
 	}
-	kind, err := s.TableKind(app, fl, table)
+	if slices.Contains(known, fl) {
+		return nil
+	}
+	if ts, err := s.Tables(ref.name, fl); err != nil || len(ts) > 0 {
+		return err
+	}
+	list := "none"
+	if len(known) > 0 {
+		sort.Strings(known)
+		list = strings.Join(known, ", ")
+	}
+	return &exitError{ExitFailure, fmt.Errorf("app %q has no flowlet %q (%s: %s)", ref.name, fl, where, list)}
+}
+
+// kindOf is the kind of a table as its stored data says; --counters picks
+// the counters of a name that holds both, and fails on a name that holds
+// only key-value data (it used to read every key there as a count of 0).
+func (g *globals) kindOf(s *runtime.Store, app, fl, table string, counters bool) (string, error) {
+	ts, err := s.Tables(app, fl)
 	if err != nil {
 		return "", err
+	}
+	kind := ""
+	for _, t := range ts {
+		if t.Name == table && (kind == "" || t.Kind == "table" && !counters || t.Kind == "counters" && counters) {
+			kind = t.Kind
+		}
 	}
 	if kind == "" {
 		return "", &exitError{ExitFailure, fmt.Errorf("flowlet %q has no table %q with data (see: flowrun state get %s %s)", fl, table, app, fl)}
 	}
+	if counters && kind != "counters" {
+		return "", &exitError{ExitFailure, fmt.Errorf("table %q of flowlet %q holds key-value data, not counters (drop --counters)", table, fl)}
+	}
 	return kind, nil
+}
+
+// counterExists reports whether a counter has committed increments: Get
+// reads 0 for a key never added to, and a missing key exits 1.
+func counterExists(r runtime.StateReader, table string, key []byte) (bool, error) {
+	it := r.Counters(table).Scan(flowlet.ScanOptions{Start: key, End: append(slices.Clip(key), 0), Limit: 1})
+	defer it.Close()
+	found := it.Next()
+	return found, it.Err()
 }
 
 func (g *globals) stateGet(args []string, counters bool) error {
@@ -224,6 +277,9 @@ func (g *globals) stateGet(args []string, counters bool) error {
 	}
 	defer s.Close()
 	fl := args[1]
+	if err := checkFlowlet(ref, s, fl); err != nil {
+		return err
+	}
 	if len(args) == 2 {
 		ts, err := s.Tables(ref.name, fl)
 		if err != nil {
@@ -252,6 +308,12 @@ func (g *globals) stateGet(args []string, counters bool) error {
 	found := true
 	err = s.View(ref.name, fl, func(r runtime.StateReader) error {
 		var err error
+		if kind == "counters" {
+			if found, err = counterExists(r, table, []byte(key)); !found || err != nil {
+				out.Key = runtime.NewBytes([]byte(key))
+				return err
+			}
+		}
 		out, found, err = runtime.GetStateEntry(r, runtime.TableInfo{Name: table, Kind: kind}, []byte(key))
 		return err
 	})
@@ -261,6 +323,9 @@ func (g *globals) stateGet(args []string, counters bool) error {
 	if !found {
 		if g.asJSON {
 			g.printJSON(out)
+		}
+		if kind == "counters" {
+			return &exitError{ExitFailure, fmt.Errorf("counter table %q of flowlet %q has no key %q (nothing was ever added to it)", table, fl, key)}
 		}
 		return &exitError{ExitFailure, fmt.Errorf("table %q of flowlet %q has no key %q", table, fl, key)}
 	}
@@ -283,6 +348,9 @@ func (g *globals) stateScan(appArg, fl, table string, counters bool, prefix stri
 		return err
 	}
 	defer s.Close()
+	if err := checkFlowlet(ref, s, fl); err != nil {
+		return err
+	}
 	var tables []runtime.TableInfo
 	if table == "" {
 		if tables, err = s.Tables(ref.name, fl); err != nil {

@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flowrun/flowrun/flowlet"
+)
+
+// testCounts counts each payload in the counters "counts" and keeps the
+// last one in the table "last" under "k".
+type testCounts struct{}
+
+func (testCounts) Process(ctx flowlet.Context, ev flowlet.Event) error {
+	if err := ctx.Counters("counts").Add(ev.Payload, 1); err != nil {
+		return err
+	}
+	return ctx.State("last").Put([]byte("k"), ev.Payload)
+}
+
+func init() {
+	flowlet.Register("clitest_counts", func() flowlet.Flowlet { return testCounts{} }, flowlet.TypeInfo{Sink: true, Doc: "test: counts payloads"})
+}
+
+// writeApp writes an app file into dir.
+func writeApp(t *testing.T, dir, name, src string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// state get and scan: an unknown flowlet is an error listing the known
+// ones (it read as "no state", exit 0); a counter never added to is a
+// missing key, exit 1 as the spec says (it read 0); --counters on a table
+// of key-value data is an error (it read 0 for every key).
+func TestStateErrors(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	app := writeApp(t, dir, "app.yaml", `app: counting
+flowlets:
+  gen: {type: generator, config: {count: 3, payload: "p{seq}"}}
+  cnt: {type: clitest_counts}
+connections:
+  - {from: gen, to: cnt}
+`)
+	if code, out := runCLI(t, "run", "--drain", "--progress", "never", "--no-sync", "--http", "off", "--data", data, app); code != 0 {
+		t.Fatalf("run: exit %d\n%s", code, out)
+	}
+	code, out := runCLI(t, "state", "scan", "--data", data, app, "cnt", "counts")
+	if code != 0 || !strings.Contains(out, "p1\t1") {
+		t.Fatalf("state scan cnt counts: exit %d\n%s", code, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"get", app, "nope"}, ExitFailure, `app "counting" has no flowlet "nope" (flowlets: cnt, gen)`},
+		{[]string{"scan", app, "nope"}, ExitFailure, `app "counting" has no flowlet "nope" (flowlets: cnt, gen)`},
+		{[]string{"get", "counting", "nope"}, ExitFailure, `app "counting" has no flowlet "nope" (flowlets in its store: cnt, gen)`},
+		{[]string{"get", "counting", "cnt"}, 0, "counts\tcounters"},
+		{[]string{"get", app, "cnt", "counts", "p1"}, 0, "1\n"},
+		{[]string{"get", app, "cnt", "counts", "999"}, ExitFailure, `counter table "counts" of flowlet "cnt" has no key "999"`},
+		{[]string{"get", app, "cnt", "counts", "999", "--counters"}, ExitFailure, `has no key "999"`},
+		{[]string{"get", app, "cnt", "last", "k"}, 0, "p"},
+		{[]string{"get", app, "cnt", "last", "k", "--counters"}, ExitFailure, `table "last" of flowlet "cnt" holds key-value data, not counters`},
+		{[]string{"scan", app, "cnt", "last", "--counters"}, ExitFailure, "not counters"},
+	} {
+		code, out := runCLI(t, append([]string{"state", "--data", data}, tc.args...)...)
+		if code != tc.code || !strings.Contains(out, tc.want) {
+			t.Errorf("state %s: exit %d, want %d and %q\n%s", strings.Join(tc.args, " "), code, tc.code, tc.want, out)
+		}
+	}
+}
