@@ -544,14 +544,17 @@ func (g *globals) dlqCmd() *cobra.Command {
 			}
 			defer s.Close()
 			r, k, err := s.ReplayDeadLetters(f.Name, inputs)
-			if g.asJSON {
-				g.printJSON(map[string]int{"replayed": r, "kept": k})
-			} else {
-				fmt.Fprintf(g.stdout, "replayed %d dead letter(s) of %s; kept %d (not from a current input, or truncated)\n", r, f.Name, k)
-			}
 			if err != nil {
+				// Only the error: what did move (committed) is part of it.
+				if r > 0 || k > 0 {
+					err = fmt.Errorf("replayed %d dead letter(s) of %s (kept %d), then: %w", r, f.Name, k, err)
+				}
 				return &exitError{ExitFailure, err}
 			}
+			if g.asJSON {
+				return g.printJSON(map[string]int{"replayed": r, "kept": k})
+			}
+			fmt.Fprintf(g.stdout, "replayed %d dead letter(s) of %s; kept %d (not from a current input, or truncated)\n", r, f.Name, k)
 			return nil
 		},
 	}

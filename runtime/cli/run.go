@@ -155,7 +155,7 @@ non-loopback address needs a bearer token (--http-token or
 			if g.asJSON {
 				g.printJSON(st)
 			} else if show || drain {
-				printSummary(g.stderr, st)
+				printSummary(g.stderr, st, runErr)
 			}
 			if runErr != nil {
 				return &exitError{ExitFailure, runErr}
@@ -286,9 +286,14 @@ func writeTable(w io.Writer, st runtime.Status) {
 		st.Tx.Committed, st.Tx.Aborted, st.Tx.Conflicts, st.Tx.CommitP99, st.Uptime)
 }
 
-func printSummary(w io.Writer, st runtime.Status) {
+// printSummary writes the run's last status; runErr is what Run returned
+// (a source that gave up leaves the app drained, yet the run failed).
+func printSummary(w io.Writer, st runtime.Status, runErr error) {
 	state := "stopped"
-	if st.Drained {
+	switch {
+	case runErr != nil:
+		state = "stopped on an error"
+	case st.Drained:
 		state = "drained"
 	}
 	fmt.Fprintf(w, "app %s %s after %.1fs\n", st.App, state, st.Uptime)
