@@ -130,6 +130,7 @@ func (g *globals) topCmd() *cobra.Command {
 			t := time.NewTicker(interval)
 			defer t.Stop()
 			failures := 0
+			app := "" // set once the app answered
 			for i := 0; iterations == 0 || i < iterations; i++ {
 				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				st, err := cl.Status(rctx)
@@ -139,13 +140,19 @@ func (g *globals) topCmd() *cobra.Command {
 					if ctx.Err() != nil {
 						return nil
 					}
+					// The app that answered before stopped: the end of
+					// watching it, not a failure.
+					if app != "" && errors.Is(err, syscall.ECONNREFUSED) {
+						fmt.Fprintf(g.stdout, "\napp %s stopped (%s no longer answers)\n", app, cl.URL)
+						return nil
+					}
 					failures++
 					if failures >= 5 || httpapi.IsUnauthorized(err) {
 						return remoteErr(cl, err)
 					}
 					fmt.Fprintf(&b, "flowrun top: %v (retrying)\n", err)
 				} else {
-					failures = 0
+					failures, app = 0, st.App
 					writeStatus(&b, st, cl.URL)
 					fmt.Fprintf(&b, "\nrefreshing every %s; Ctrl-C to quit\n", interval)
 				}
@@ -201,7 +208,11 @@ lasts until the app stops: the next run uses the app file's.`,
 			if g.asJSON {
 				return g.printJSON(res)
 			}
-			fmt.Fprintf(g.stdout, "%s: %d → %d instances\n", res.Flowlet, res.Previous, res.Instances)
+			unit := "instances"
+			if res.Instances == 1 {
+				unit = "instance"
+			}
+			fmt.Fprintf(g.stdout, "%s: %d → %d %s\n", res.Flowlet, res.Previous, res.Instances, unit)
 			return nil
 		},
 	}

@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// top ends with exit 0 when the app it watched stops (its address refuses
+// connections), instead of failing as if it never could reach it.
+func TestTopAppStops(t *testing.T) {
+	t.Setenv("FLOWRUN_HTTP_TOKEN", "")
+	var n atomic.Int32
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"app": "watched", "ready": true}`))
+		if n.Add(1) == 2 {
+			go srv.Close() // the app stops
+		}
+	}))
+	defer srv.Close()
+	code, out := runCLI(t, "top", "watched", "--addr", srv.URL, "--interval", "10ms")
+	if code != 0 || !strings.Contains(out, "app watched  running") || !strings.Contains(out, "app watched stopped") {
+		t.Fatalf("top of an app that stops: exit %d, want 0 and \"app watched stopped\"\n%s", code, out)
+	}
+
+	// Never reached: still an error.
+	code, out = runCLI(t, "top", "watched", "--addr", srv.URL, "--interval", "10ms")
+	if code != ExitFailure || !strings.Contains(out, "cannot reach the app") {
+		t.Fatalf("top of an app never reached: exit %d, want 1\n%s", code, out)
+	}
+}
+
+// scale says "instance" for one.
+func TestScaleOutput(t *testing.T) {
+	t.Setenv("FLOWRUN_HTTP_TOKEN", "")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/api/v1/flowlets/parser/scale" {
+			http.Error(w, `{"error": "unexpected request"}`, http.StatusNotFound)
+			return
+		}
+		w.Write([]byte(`{"flowlet": "parser", "previous": 2, "instances": 1}`))
+	}))
+	defer srv.Close()
+	code, out := runCLI(t, "scale", "app", "parser", "1", "--addr", srv.URL)
+	if code != 0 || out != "parser: 2 → 1 instance\n" {
+		t.Fatalf("scale: exit %d\n%q", code, out)
+	}
+}
