@@ -71,6 +71,14 @@ non-loopback address needs a bearer token (--http-token or
 			if err != nil {
 				return err
 			}
+			if g.asJSON {
+				// The status would end up in the middle of the data.
+				for _, f := range plan.Flowlets {
+					if f.Type == "stdout_sink" {
+						return &exitError{ExitUsage, fmt.Errorf("--json writes the final status to stdout, where flowlet %q (stdout_sink) writes its events: drop --json, or use a file_sink", f.Name)}
+					}
+				}
+			}
 			if httpToken == "" {
 				httpToken = os.Getenv(httpapi.TokenEnv)
 			}

@@ -34,3 +34,20 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// run --json refuses an app with a stdout_sink before it runs: the status
+// JSON went to the stdout the sink writes its events to.
+func TestRunJSONWithStdoutSink(t *testing.T) {
+	dir := t.TempDir()
+	app := writeApp(t, dir, "app.yaml", `app: printing
+flowlets:
+  gen: {type: generator, config: {count: 3}}
+  out: {type: stdout_sink}
+connections:
+  - {from: gen, to: out}
+`)
+	code, out := runCLI(t, "run", "--drain", "--json", "--progress", "never", "--http", "off", "--data", filepath.Join(dir, "data"), app)
+	if want := `flowlet "out" (stdout_sink)`; code != ExitUsage || !strings.Contains(out, want) || strings.Contains(out, `"app"`) {
+		t.Fatalf("run --json with a stdout_sink: exit %d, want %d and %q\n%s", code, ExitUsage, want, out)
+	}
+}
