@@ -44,6 +44,10 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("flowlet %q: config field %q: %s", e.Flowlet, e.Field, e.Msg)
 }
 
+// ConfigField names the field (empty for the config as a whole), so that
+// the planner can point at it in the app file.
+func (e *ConfigError) ConfigField() string { return e.Field }
+
 func (c Config) errorf(field, format string, args ...any) error {
 	return &ConfigError{Flowlet: c.flowlet, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
@@ -242,6 +246,12 @@ func (c Config) Known(known ...string) error {
 	sort.Strings(unknown)
 	k := slices.Clone(known)
 	sort.Strings(k)
+	if len(k) == 0 {
+		if len(unknown) == 1 {
+			return c.errorf(unknown[0], "unknown field (this flowlet takes no config)")
+		}
+		return c.errorf("", "unknown fields %s (this flowlet takes no config)", strings.Join(unknown, ", "))
+	}
 	if len(unknown) == 1 {
 		return c.errorf(unknown[0], "unknown field (known: %s)", strings.Join(k, ", "))
 	}

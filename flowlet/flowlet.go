@@ -62,6 +62,17 @@ type Initializer interface {
 	Init(ic InitContext) error
 }
 
+// ConfigChecker is implemented by flowlets that can check their config
+// without side effects (no file opened, no port bound). `flowrun validate`
+// and the planning of every run call CheckConfig on a fresh instance (with
+// Instance 0), so a mistake in `config:` is reported at its file:line:col
+// before anything runs, instead of by Init when the app starts. A flowlet
+// whose Init only reads its config can implement it by calling Init.
+// A *ConfigError points at its field.
+type ConfigChecker interface {
+	CheckConfig(ic InitContext) error
+}
+
 // Closer is implemented by flowlets that hold resources. The runtime calls
 // Close once, after the last step of the instance has committed or aborted.
 type Closer interface {

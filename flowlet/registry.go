@@ -18,6 +18,9 @@ type TypeInfo struct {
 	Source bool
 	// Sink types only consume.
 	Sink bool
+	// SingleInstance types run as one instance (one reader or writer of a
+	// file, one listener); the planner refuses `instances` above 1.
+	SingleInstance bool
 	// Doc is a one-line description for `flowrun` help output.
 	Doc string
 }

@@ -120,7 +120,7 @@ func (d *decoder) decodeFlowlet(name string, k, v *yaml.Node) *flowletSpec {
 		f.bad = true
 		return f
 	}
-	d.eachPair(v, where, flowletFields, func(key string, _, v *yaml.Node) {
+	d.eachPair(v, where, flowletFields, func(key string, kn, v *yaml.Node) {
 		switch key {
 		case "type":
 			f.typ = d.str(v, "type")
@@ -146,8 +146,16 @@ func (d *decoder) decodeFlowlet(name string, k, v *yaml.Node) *flowletSpec {
 				})
 			}
 		case "config":
+			f.configPos = d.pos(kn)
 			if d.mapping(v, "config") {
 				f.config = d.configMap(v, map[*yaml.Node]bool{}, deref(v) != v)
+				f.configKeys = map[string]Position{}
+				m := deref(v)
+				for i := 0; i+1 < len(m.Content); i += 2 {
+					if _, dup := f.configKeys[m.Content[i].Value]; !dup {
+						f.configKeys[m.Content[i].Value] = d.pos(m.Content[i])
+					}
+				}
 			}
 		}
 	})

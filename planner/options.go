@@ -26,4 +26,14 @@ type TypeInfo struct {
 
 	// Sink types only consume, so connecting from them is an error.
 	Sink bool
+
+	// SingleInstance types run as one instance: instances above 1 is an
+	// error.
+	SingleInstance bool
+
+	// CheckConfig, when set, checks a flowlet's config (after
+	// interpolation) for the given instance count, without side effects.
+	// An error is reported at the config field it names (an error with a
+	// method ConfigField() string), else at the flowlet's config.
+	CheckConfig func(flowlet string, instances int, config map[string]any) error
 }

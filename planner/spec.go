@@ -27,6 +27,8 @@ type flowletSpec struct {
 	maxBackoff field[time.Duration]
 	tick       field[time.Duration]
 	config     map[string]any
+	configPos  Position            // of the config key; zero if absent
+	configKeys map[string]Position // of each key of the config mapping
 }
 
 type connectionSpec struct {

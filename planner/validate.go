@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -143,6 +144,11 @@ func (v *validator) checkFlowlet(f *flowletSpec) {
 		v.errs.add(f.plugin.pos, "plugin must not be empty")
 	}
 	checkRange(v.errs, f.instances, "instances", 1, MaxInstances)
+	if f.typ.set && f.instances.set && f.instances.val > 1 && v.types[f.typ.val].SingleInstance {
+		v.errs.add(f.instances.pos, "flowlet %q: type %s runs as a single instance (one reader, writer or listener); instances must be 1, got %d", f.name, f.typ.val, f.instances.val)
+	} else {
+		v.checkConfig(f)
+	}
 	checkRange(v.errs, f.batchSize, "batch_size", 1, MaxBatchSize)
 	if f.retryMax.set && f.retryMax.val < 0 {
 		v.errs.add(f.retryMax.pos, "retries.max must not be negative, got %d (0 disables retries)", f.retryMax.val)
@@ -163,6 +169,37 @@ func (v *validator) checkFlowlet(f *flowletSpec) {
 		}
 		v.errs.add(pos, "retries.backoff %s is longer than retries.max_backoff %s%s", backoff, maxBackoff, which)
 	}
+}
+
+// checkConfig asks a built-in type to check the flowlet's config, and
+// reports what it finds at the config field it names.
+func (v *validator) checkConfig(f *flowletSpec) {
+	if f.bad || !f.typ.set || f.instances.bad || (f.instances.set && (f.instances.val < 1 || f.instances.val > MaxInstances)) {
+		return
+	}
+	check := v.types[f.typ.val].CheckConfig
+	if check == nil {
+		return
+	}
+	instances := 1
+	if f.instances.set {
+		instances = f.instances.val
+	}
+	err := check(f.name, instances, f.config)
+	if err == nil {
+		return
+	}
+	pos := f.configPos
+	var fe interface{ ConfigField() string }
+	if errors.As(err, &fe) {
+		if p, ok := f.configKeys[fe.ConfigField()]; ok {
+			pos = p
+		}
+	}
+	if pos == (Position{}) {
+		pos = f.typ.pos
+	}
+	v.errs.add(pos, "%s", err.Error())
 }
 
 func checkRange(errs *errorSink, f field[int], name string, lo, hi int) {

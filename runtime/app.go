@@ -207,9 +207,34 @@ func (s *flowletStats) setErr(err error) {
 func PlannerTypes() map[string]planner.TypeInfo {
 	m := map[string]planner.TypeInfo{}
 	for _, t := range flowlet.Types() {
-		m[t.Name] = planner.TypeInfo{Outputs: t.Info.Outputs, Source: t.Info.Source, Sink: t.Info.Sink}
+		m[t.Name] = planner.TypeInfo{Outputs: t.Info.Outputs, Source: t.Info.Source, Sink: t.Info.Sink, SingleInstance: t.Info.SingleInstance, CheckConfig: checkConfigOf(t)}
 	}
 	return m
+}
+
+// checkConfigOf runs a type's flowlet.ConfigChecker on a fresh instance, for
+// the planner (nil when the type has none). A panic is the type's bug, and
+// is reported as an error of that flowlet rather than crash validate.
+func checkConfigOf(t flowlet.Type) func(string, int, map[string]any) error {
+	if _, ok := t.New().(flowlet.ConfigChecker); !ok {
+		return nil
+	}
+	return func(name string, instances int, config map[string]any) error {
+		if t.Info.Source {
+			_, _, rest, err := splitMaxBacklog(name, config)
+			if err != nil {
+				return err
+			}
+			config = rest
+		}
+		cc := t.New().(flowlet.ConfigChecker)
+		ic := flowlet.InitContext{Name: name, Instances: instances, Config: flowlet.NewConfig(name, config), Logger: slog.New(slog.DiscardHandler)}
+		err := safeCall(func() error { return cc.CheckConfig(ic) })
+		if pe := (*PanicError)(nil); errors.As(err, &pe) {
+			return fmt.Errorf("flowlet %q: checking its config: %w", name, err)
+		}
+		return err
+	}
 }
 
 // ParseFile plans an app file against the registered flowlet types.

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/planner"
 )
 
@@ -90,22 +91,33 @@ func (a *App) outBacklog(f *planner.Flowlet) int64 {
 
 // maxBacklog takes a source's bound out of its config.
 func (o *Options) maxBacklog(f *planner.Flowlet) (int64, map[string]any, error) {
-	bound := int64(o.MaxBacklog)
-	v, ok := f.Config[MaxBacklogKey]
-	if !ok {
-		return bound, f.Config, nil
+	n, set, cfg, err := splitMaxBacklog(f.Name, f.Config)
+	if err != nil || !set {
+		return int64(o.MaxBacklog), cfg, err
 	}
-	cfg := make(map[string]any, len(f.Config))
-	for k, x := range f.Config {
+	return n, cfg, nil
+}
+
+// splitMaxBacklog reads the runtime's max_backlog out of a source's config
+// and returns the rest, which is what the flowlet itself sees.
+func splitMaxBacklog(name string, config map[string]any) (bound int64, set bool, rest map[string]any, err error) {
+	if _, ok := config[MaxBacklogKey]; !ok {
+		return 0, false, config, nil
+	}
+	n, err := flowlet.NewConfig(name, config).Int(MaxBacklogKey, 0)
+	if err == nil && n < 0 {
+		err = &flowlet.ConfigError{Flowlet: name, Field: MaxBacklogKey, Msg: fmt.Sprintf("want a whole number >= 0 (0: no bound), not %d", n)}
+	}
+	if err != nil {
+		return 0, false, nil, err
+	}
+	rest = make(map[string]any, len(config))
+	for k, x := range config {
 		if k != MaxBacklogKey {
-			cfg[k] = x
+			rest[k] = x
 		}
 	}
-	n, isInt := v.(int)
-	if !isInt || n < 0 {
-		return 0, nil, fmt.Errorf("flowlet %q: config %s: want a whole number >= 0 (0: no bound), not %v", f.Name, MaxBacklogKey, v)
-	}
-	return int64(n), cfg, nil
+	return int64(n), true, rest, nil
 }
 
 // waitBacklog returns once the source's output queues are under its bound

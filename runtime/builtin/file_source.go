@@ -13,7 +13,7 @@ import (
 
 func init() {
 	flowlet.Register("file_source", func() flowlet.Flowlet { return &FileSource{} }, flowlet.TypeInfo{
-		Source: true, Outputs: []string{"out"},
+		Source: true, SingleInstance: true, Outputs: []string{"out"},
 		Doc: "reads lines of a file (or follows a growing one); the byte offset commits with the lines",
 	})
 }
@@ -44,7 +44,29 @@ type FileSource struct {
 // state: "pos" = offset (8 bytes) + skipping flag (1 byte) + skip start (8 bytes).
 const deadPrefix = 64 << 10
 
+// CheckConfig implements flowlet.ConfigChecker. Whether the file can be
+// read is Init's business: it may not exist yet when the app is validated.
+func (s *FileSource) CheckConfig(ic flowlet.InitContext) error { return s.configure(ic) }
+
 func (s *FileSource) Init(ic flowlet.InitContext) error {
+	if err := s.configure(ic); err != nil {
+		return err
+	}
+	s.bytesStep = 4 << 20
+	f, err := os.Open(s.path)
+	if err != nil {
+		return fmt.Errorf("file_source %q: cannot read input file: %w", ic.Name, err)
+	}
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		f.Close()
+		return fmt.Errorf("file_source %q: input %s is a directory, not a file", ic.Name, s.path)
+	}
+	s.f = f
+	s.r = bufio.NewReaderSize(f, 256<<10)
+	return nil
+}
+
+func (s *FileSource) configure(ic flowlet.InitContext) error {
 	c := ic.Config
 	if err := c.Known("path", "follow", "max_line_bytes", "lines_per_step"); err != nil {
 		return err
@@ -74,17 +96,6 @@ func (s *FileSource) Init(ic flowlet.InitContext) error {
 	if ic.Instances != 1 {
 		return fmt.Errorf("file_source %q: instances must be 1 (one reader per file), not %d", ic.Name, ic.Instances)
 	}
-	s.bytesStep = 4 << 20
-	f, err := os.Open(s.path)
-	if err != nil {
-		return fmt.Errorf("file_source %q: cannot read input file: %w", ic.Name, err)
-	}
-	if fi, err := f.Stat(); err == nil && fi.IsDir() {
-		f.Close()
-		return fmt.Errorf("file_source %q: input %s is a directory, not a file", ic.Name, s.path)
-	}
-	s.f = f
-	s.r = bufio.NewReaderSize(f, 256<<10)
 	return nil
 }
 

@@ -50,6 +50,9 @@ type keyTemplate struct {
 	t    template
 }
 
+// CheckConfig implements flowlet.ConfigChecker: Init only reads the config.
+func (g *Generator) CheckConfig(ic flowlet.InitContext) error { return g.Init(ic) }
+
 func (g *Generator) Init(ic flowlet.InitContext) error {
 	c := ic.Config
 	if err := c.Known("count", "rate", "payload", "keys", "batch"); err != nil {

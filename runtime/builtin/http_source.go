@@ -17,7 +17,7 @@ import (
 
 func init() {
 	flowlet.Register("http_source", func() flowlet.Flowlet { return &HTTPSource{} }, flowlet.TypeInfo{
-		Source: true, Outputs: []string{"out"},
+		Source: true, SingleInstance: true, Outputs: []string{"out"},
 		Doc: "ingest endpoint: POST bodies become events; answers 200 only after the commit",
 	})
 }
@@ -53,7 +53,29 @@ type ingest struct {
 // maxEvent keeps an event with its envelope under the queues' 1 MiB limit.
 const maxEvent = 1 << 20
 
+// CheckConfig implements flowlet.ConfigChecker.
+func (s *HTTPSource) CheckConfig(ic flowlet.InitContext) error { return s.configure(ic) }
+
 func (s *HTTPSource) Init(ic flowlet.InitContext) error {
+	if err := s.configure(ic); err != nil {
+		return err
+	}
+	s.name = ic.Name
+	s.ready = make(chan struct{}, 1)
+	var err error
+	s.ln, err = net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("http_source %q: listen on %s: %w", ic.Name, s.addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc(s.path, s.handle)
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go s.srv.Serve(s.ln)
+	ic.Logger.Info("http_source listening", "addr", s.ln.Addr().String(), "path", s.path)
+	return nil
+}
+
+func (s *HTTPSource) configure(ic flowlet.InitContext) error {
 	c := ic.Config
 	if err := c.Known("addr", "path", "split", "max_body_bytes"); err != nil {
 		return err
@@ -79,17 +101,6 @@ func (s *HTTPSource) Init(ic flowlet.InitContext) error {
 	if ic.Instances != 1 {
 		return fmt.Errorf("http_source %q: instances must be 1 (one listener)", ic.Name)
 	}
-	s.name = ic.Name
-	s.ready = make(chan struct{}, 1)
-	s.ln, err = net.Listen("tcp", s.addr)
-	if err != nil {
-		return fmt.Errorf("http_source %q: listen on %s: %w", ic.Name, s.addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc(s.path, s.handle)
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go s.srv.Serve(s.ln)
-	ic.Logger.Info("http_source listening", "addr", s.ln.Addr().String(), "path", s.path)
 	return nil
 }
 

@@ -12,7 +12,7 @@ import (
 
 func init() {
 	flowlet.Register("file_sink", func() flowlet.Flowlet { return &FileSink{} }, flowlet.TypeInfo{
-		Sink: true, Doc: "appends each event's payload and \"\\n\" to a file after commit; idempotent after a crash",
+		Sink: true, SingleInstance: true, Doc: "appends each event's payload and \"\\n\" to a file after commit; idempotent after a crash",
 	})
 	flowlet.Register("stdout_sink", func() flowlet.Flowlet { return &StdoutSink{w: os.Stdout} }, flowlet.TypeInfo{
 		Sink: true, Doc: "writes each event's payload and \"\\n\" to standard output after commit",
@@ -45,7 +45,23 @@ const (
 	sinkTable   = "sink"
 )
 
+// CheckConfig implements flowlet.ConfigChecker.
+func (s *FileSink) CheckConfig(ic flowlet.InitContext) error { return s.configure(ic) }
+
 func (s *FileSink) Init(ic flowlet.InitContext) error {
+	if err := s.configure(ic); err != nil {
+		return err
+	}
+	var err error
+	s.f, err = os.OpenFile(s.path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("file_sink %q: cannot open output file: %w", ic.Name, err)
+	}
+	s.w = bufio.NewWriterSize(s.f, 256<<10)
+	return nil
+}
+
+func (s *FileSink) configure(ic flowlet.InitContext) error {
 	c := ic.Config
 	if err := c.Known("path", "fsync"); err != nil {
 		return err
@@ -63,11 +79,6 @@ func (s *FileSink) Init(ic flowlet.InitContext) error {
 	if ic.Instances != 1 {
 		return fmt.Errorf("file_sink %q: instances must be 1 (one writer per file)", ic.Name)
 	}
-	s.f, err = os.OpenFile(s.path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return fmt.Errorf("file_sink %q: cannot open output file: %w", ic.Name, err)
-	}
-	s.w = bufio.NewWriterSize(s.f, 256<<10)
 	return nil
 }
 
@@ -177,6 +188,9 @@ type StdoutSink struct {
 }
 
 func (s *StdoutSink) Init(ic flowlet.InitContext) error { return ic.Config.Known() }
+
+// CheckConfig implements flowlet.ConfigChecker.
+func (s *StdoutSink) CheckConfig(ic flowlet.InitContext) error { return s.Init(ic) }
 
 // BorrowsBatch: ProcessBatch keeps nothing of its slice of events once it
 // returned (runtime.BatchBorrower: the runtime may reuse the slice).

@@ -13,7 +13,7 @@ import (
 
 func init() {
 	flowlet.Register("stdin_source", func() flowlet.Flowlet { return &StdinSource{in: os.Stdin} }, flowlet.TypeInfo{
-		Source: true, Outputs: []string{"out"},
+		Source: true, SingleInstance: true, Outputs: []string{"out"},
 		Doc: "emits each line of standard input (at-most-once across crashes: stdin cannot be re-read)",
 	})
 }
@@ -38,7 +38,19 @@ type StdinSource struct {
 	ready    chan struct{}
 }
 
+// CheckConfig implements flowlet.ConfigChecker.
+func (s *StdinSource) CheckConfig(ic flowlet.InitContext) error { return s.configure(ic) }
+
 func (s *StdinSource) Init(ic flowlet.InitContext) error {
+	if err := s.configure(ic); err != nil {
+		return err
+	}
+	s.ready = make(chan struct{}, 1)
+	go s.read()
+	return nil
+}
+
+func (s *StdinSource) configure(ic flowlet.InitContext) error {
 	c := ic.Config
 	if err := c.Known("max_line_bytes", "lines_per_step"); err != nil {
 		return err
@@ -56,8 +68,6 @@ func (s *StdinSource) Init(ic flowlet.InitContext) error {
 	if ic.Instances != 1 {
 		return fmt.Errorf("stdin_source %q: instances must be 1", ic.Name)
 	}
-	s.ready = make(chan struct{}, 1)
-	go s.read()
 	return nil
 }
 

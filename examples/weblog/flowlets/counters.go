@@ -24,6 +24,9 @@ type Counter struct {
 // Init rejects any config.
 func (c *Counter) Init(ic flowlet.InitContext) error { return ic.Config.Known() }
 
+// CheckConfig implements flowlet.ConfigChecker: Init only reads the config.
+func (c *Counter) CheckConfig(ic flowlet.InitContext) error { return c.Init(ic) }
+
 // BorrowsBatch: ProcessBatch keeps nothing of its slice of events once it
 // returned (runtime.BatchBorrower: the runtime may reuse the slice).
 func (*Counter) BorrowsBatch() {}

@@ -55,6 +55,9 @@ type BytesPerHour struct {
 	buf  []byte
 }
 
+// CheckConfig implements flowlet.ConfigChecker: Init only reads the config.
+func (b *BytesPerHour) CheckConfig(ic flowlet.InitContext) error { return b.Init(ic) }
+
 // Init reads `grace`.
 func (b *BytesPerHour) Init(ic flowlet.InitContext) error {
 	if err := ic.Config.Known("grace"); err != nil {

@@ -145,6 +145,9 @@ type deadLetterer interface {
 // Init rejects any config: the parsing rules are fixed.
 func (p *Parser) Init(ic flowlet.InitContext) error { return ic.Config.Known() }
 
+// CheckConfig implements flowlet.ConfigChecker: Init only reads the config.
+func (p *Parser) CheckConfig(ic flowlet.InitContext) error { return p.Init(ic) }
+
 // Process handles a one-event step.
 func (p *Parser) Process(ctx flowlet.Context, ev flowlet.Event) error {
 	return p.ProcessBatch(ctx, []flowlet.Event{ev})

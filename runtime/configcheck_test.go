@@ -1,0 +1,67 @@
+package runtime_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flowrun/flowrun/planner"
+	"github.com/flowrun/flowrun/runtime"
+)
+
+// Planning an app checks every built-in flowlet's config (their
+// flowlet.ConfigChecker) without side effects: each mistake is reported at
+// its file:line:col, all at once, before a store or a file exists — no
+// file_sink output is created, no port bound. A user review found these
+// passing `flowrun validate` and failing only when the app started, one at
+// a time and without a position.
+func TestBuiltinConfigCheckedAtPlanning(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.txt")
+	path := writeApp(t, dir, `app: t
+flowlets:
+  g: {type: generator, config: {cont: 1000}}
+  src:
+    type: file_source
+    config:
+      follow: true
+  h: {type: http_source, config: {split: words, max_backlog: -1}}
+  out:
+    type: file_sink
+    instances: 2
+    config: {path: `+out+`}
+  o2: {type: stdout_sink, config: {foo: 1}}
+  g2: {type: generator, config: {payload: "x{mod:0}", max_backlog: "${B:10}"}}
+connections:
+  - {from: g, to: out}
+  - {from: src, to: out}
+  - {from: h, to: o2}
+  - {from: g2, to: o2}
+`)
+	_, err := runtime.ParseFile(path)
+	var list planner.ErrorList
+	if !errors.As(err, &list) {
+		t.Fatalf("got %v, want a planner.ErrorList", err)
+	}
+	want := []string{
+		`:3:33: flowlet "g": config field "cont": unknown field (known: batch, count, keys, payload, rate)`,
+		`:6:5: flowlet "src": config field "path": required but not set`,
+		`:8:49: flowlet "h": config field "max_backlog": want a whole number >= 0 (0: no bound), not -1`,
+		`:11:16: flowlet "out": type file_sink runs as a single instance`,
+		`:13:36: flowlet "o2": config field "foo": unknown field (this flowlet takes no config)`,
+		`:14:34: flowlet "g2": config field "payload": bad {mod:N} in "x{mod:0}"`,
+	}
+	if len(list) != len(want) {
+		t.Fatalf("%d errors, want %d:\n%v", len(list), len(want), err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(list[i].Error(), path+w) {
+			t.Errorf("error %d:\n%s\nwant it to start with\n%s%s", i, list[i], path, w)
+		}
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("planning touched the file_sink's output: %v", err)
+	}
+}
