@@ -236,7 +236,8 @@ func cpuTime() time.Duration {
 
 // A generator's positions hold only under the instance count they were
 // written with (instance i of n emits i, i+n, …): a run with another count
-// stops the source with an error naming both counts, and emits nothing.
+// stops the source with an error naming both counts, and emits nothing; the
+// run does not count as drained.
 func TestGeneratorRefusesNewInstanceCount(t *testing.T) {
 	dir := t.TempDir()
 	app := func(instances int) string {
@@ -264,6 +265,9 @@ connections:
 		cancel()
 		if instances == 2 && (err == nil || !strings.Contains(err.Error(), "written with instances: 1, and this run has 2")) {
 			t.Fatalf("run with 2 instances: %v, want the instance-count error", err)
+		}
+		if drained := b.Status().Drained; drained != (instances == 1) {
+			t.Errorf("instances %d: status says drained: %v (a source that gave up did not reach its end)", instances, drained)
 		}
 		if instances == 1 && err != nil {
 			t.Fatalf("run with the original count again: %v", err)

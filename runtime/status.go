@@ -51,7 +51,9 @@ type Status struct {
 	DataDir string    `json:"data_dir"`
 	Time    time.Time `json:"time"`
 	Uptime  float64   `json:"uptime_seconds"`
-	Drained bool      `json:"drained"`
+	// Drained: every source reached the end of its input (none gave up on
+	// an error) and every queue is empty.
+	Drained bool `json:"drained"`
 	// Ready: the app runs and every instance has started (GET /ready).
 	Ready    bool            `json:"ready"`
 	Flowlets []FlowletStatus `json:"flowlets"`
@@ -146,7 +148,7 @@ func txStatus(s tx.Stats) TxStatus {
 // lag, so call it about once a second, not in a tight loop.
 func (a *App) Status() Status {
 	now := time.Now()
-	s := Status{App: a.plan.App, DataDir: a.opts.DataDir, Time: now, Drained: a.drained.Load(), Tx: txStatus(a.st.coord.Stats())}
+	s := Status{App: a.plan.App, DataDir: a.opts.DataDir, Time: now, Drained: a.drained.Load() && a.sourceErr.Load() == nil, Tx: txStatus(a.st.coord.Stats())}
 	s.Ready, _ = a.Ready()
 	if t := a.started.Load(); t != nil {
 		s.Uptime = now.Sub(*t).Seconds()
