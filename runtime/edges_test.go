@@ -170,6 +170,20 @@ connections:
 	if resp, err := http.Get("http://" + addr + "/ingest"); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET: %v %v", resp, err)
 	}
+	// Only the configured path ingests.
+	for _, other := range []string{"/ingest/x", "/other", "/"} {
+		resp, err := http.Post("http://"+addr+other, "text/plain", strings.NewReader("nope"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("POST %s: %d, want 404", other, resp.StatusCode)
+		}
+	}
+	if n := counter(t, a, "c", "n", "total"); n != 3 {
+		t.Errorf("total %d after posts to other paths, want 3", n)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -248,5 +262,43 @@ func TestBadInputCLI(t *testing.T) {
 				t.Errorf("panic:\n%s", out)
 			}
 		})
+	}
+}
+
+// With the default path "/" the source ingests POSTs to "/" only, not to
+// every path; a path that is not a URL path is a config error at planning.
+func TestHTTPSourceDefaultPathIsExact(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	app := func(extra string) string {
+		return `
+app: t
+flowlets:
+  in: {type: http_source, config: {addr: "` + addr + `"` + extra + `}}
+  c: {type: t_count}
+connections:
+  - {from: in, to: c}
+`
+	}
+	if _, err := runtime.ParseFile(writeApp(t, dir, app(", path: ingest"))); err == nil || !strings.Contains(err.Error(), `config field "path": want a URL path such as /ingest`) {
+		t.Errorf("path without a leading /: %v", err)
+	}
+	runApp(t, plan(t, dir, app("")), runtime.Options{NoSync: true, DataDir: filepath.Join(dir, "data")})
+	post := func(path string) int {
+		t.Helper()
+		resp, err := http.Post("http://"+addr+path, "text/plain", strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post("/other"); code != http.StatusNotFound {
+		t.Errorf("POST /other: %d, want 404", code)
+	}
+	if code := post("/"); code != http.StatusOK {
+		t.Errorf("POST /: %d, want 200", code)
 	}
 }

@@ -11,8 +11,8 @@
 //     file line by line; its byte offset commits with the lines it emitted.
 //   - stdin_source (max_line_bytes, lines_per_step): lines from standard input.
 //   - generator (count, rate, payload, keys, batch): numbered synthetic events.
-//   - http_source (addr, path, split, max_body_bytes): POST bodies become
-//     events; the response comes after the commit.
+//   - http_source (addr, path, split, max_body_bytes): POST bodies to
+//     exactly path become events; the response comes after the commit.
 //   - file_sink (path, fsync): appends each event's payload and "\n" to a
 //     file, only after commit, idempotently after a crash.
 //   - stdout_sink: writes each event's payload and "\n" to standard output

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,7 +23,8 @@ func init() {
 	})
 }
 
-// HTTPSource serves an ingest endpoint (default 127.0.0.1:8080, path "/").
+// HTTPSource serves an ingest endpoint (default 127.0.0.1:8080, path "/";
+// exactly that path: other paths answer 404).
 // A POST body is split into events (split: lines, the default: one event per
 // non-empty line; split: body: the whole body is one event). The handler
 // answers 200 {"accepted": n} only after the step that emitted the body's
@@ -68,7 +70,13 @@ func (s *HTTPSource) Init(ic flowlet.InitContext) error {
 		return fmt.Errorf("http_source %q: listen on %s: %w", ic.Name, s.addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc(s.path, s.handle)
+	// Exactly the configured path: a pattern ending in "/" would take
+	// every path below it ("/" every path at all).
+	pattern := s.path
+	if strings.HasSuffix(pattern, "/") {
+		pattern += "{$}"
+	}
+	mux.HandleFunc(pattern, s.handle)
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go s.srv.Serve(s.ln)
 	ic.Logger.Info("http_source listening", "addr", s.ln.Addr().String(), "path", s.path)
@@ -95,6 +103,9 @@ func (s *HTTPSource) configure(ic flowlet.InitContext) error {
 		return err
 	}
 	s.maxBody = int64(mb)
+	if !strings.HasPrefix(s.path, "/") || strings.ContainsAny(s.path, "{} \t?#") {
+		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "path", Msg: fmt.Sprintf("want a URL path such as /ingest (starting with /, without {, }, ?, # or spaces), got %q", s.path)}
+	}
 	if s.split != "lines" && s.split != "body" {
 		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "split", Msg: fmt.Sprintf("want lines or body, got %q", s.split)}
 	}
