@@ -187,6 +187,8 @@ func (d *decoder) decodeConnections(n *yaml.Node, spec *appSpec) {
 				c.strategy = d.str(v, "strategy")
 			case "key":
 				c.key = d.str(v, "key")
+			case "partitions":
+				c.partitions = d.integer(v, "partitions")
 			}
 		})
 		spec.connections = append(spec.connections, c)

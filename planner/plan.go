@@ -67,6 +67,10 @@ type Queue struct {
 	// hash groups of a queue share it, because events are partitioned once,
 	// at enqueue.
 	Key string
+	// Partitions is the queue's partition count as a connection set it;
+	// 0 means the queue backend's default (64). Order is kept within a
+	// partition: a queue of 1 partition keeps its events in commit order.
+	Partitions int
 	// Groups are the consumer groups, one per consuming flowlet, in
 	// topological order of the consumers.
 	Groups []*Group
@@ -88,7 +92,9 @@ type Connection struct {
 	To       string // consuming flowlet
 	Strategy Strategy
 	Key      string
-	Pos      Position
+	// Partitions as written (0: not set; see Queue.Partitions).
+	Partitions int
+	Pos        Position
 }
 
 // Queue returns the name of the queue this connection reads from.
@@ -118,6 +124,7 @@ const (
 	DefaultStrategy  = Fifo
 	DefaultInstances = 1
 	MaxInstances     = 1024
+	MaxPartitions    = 4096 // as package queue allows
 	DefaultBatchSize = 100
 	MaxBatchSize     = 100_000
 )
@@ -181,7 +188,7 @@ func buildPlan(spec *appSpec, g *graph) *Plan {
 	queues := map[string]*Queue{}
 	for _, e := range g.edges {
 		p.Connections = append(p.Connections, &Connection{
-			From: e.from, Output: e.output, To: e.to, Strategy: e.strategy, Key: e.key, Pos: e.pos,
+			From: e.from, Output: e.output, To: e.to, Strategy: e.strategy, Key: e.key, Partitions: e.partitions, Pos: e.pos,
 		})
 		name := QueueName(e.from, e.output)
 		q := queues[name]
@@ -192,6 +199,9 @@ func buildPlan(spec *appSpec, g *graph) *Plan {
 		}
 		if e.strategy == Hash {
 			q.Key = e.key
+		}
+		if e.partitions != 0 {
+			q.Partitions = e.partitions
 		}
 		q.Groups = append(q.Groups, &Group{Name: e.to, Strategy: e.strategy, Key: e.key, Instances: byName[e.to].Instances})
 	}

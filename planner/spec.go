@@ -32,11 +32,12 @@ type flowletSpec struct {
 }
 
 type connectionSpec struct {
-	pos      Position // of the list item
-	from     field[string]
-	to       field[string]
-	strategy field[string]
-	key      field[string]
+	pos        Position // of the list item
+	from       field[string]
+	to         field[string]
+	strategy   field[string]
+	key        field[string]
+	partitions field[int]
 }
 
 // field is a decoded scalar. set is true only for a well-formed value, so
@@ -55,6 +56,6 @@ type field[T any] struct {
 var (
 	appFields        = []string{"app", "flowlets", "connections", "runtime"}
 	flowletFields    = []string{"type", "plugin", "instances", "batch_size", "retries", "tick", "config"}
-	connectionFields = []string{"from", "to", "strategy", "key"}
+	connectionFields = []string{"from", "to", "strategy", "key", "partitions"}
 	retryFields      = []string{"max", "backoff", "max_backoff"}
 )

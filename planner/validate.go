@@ -35,6 +35,8 @@ type edge struct {
 	from, output, to string
 	strategy         Strategy
 	key              string
+	partitions       int      // 0: not set
+	partitionsPos    Position // of the partitions field, when set
 	pos              Position
 }
 
@@ -74,6 +76,7 @@ func validate(spec *appSpec, types map[string]TypeInfo, errs *errorSink) *graph 
 		g.edges = append(g.edges, e)
 	}
 	v.checkQueueKeys(g.edges)
+	v.checkQueuePartitions(g.edges)
 	v.checkAcyclic(spec.flowlets, g.edges)
 	return g
 }
@@ -100,6 +103,38 @@ func (v *validator) checkQueueKeys(edges []*edge) {
 			v.errs.add(e.pos, "queue %s is partitioned by key %q (connection at %d:%d), so this connection cannot hash by %q: a queue has one partition key; emit on a separate output instead",
 				q, f.key, f.pos.Line, f.pos.Col, e.key)
 		}
+	}
+}
+
+// checkQueuePartitions reports connections of one queue that disagree on
+// its partition count, and consumers with more instances than partitions
+// (an instance reads whole partitions: the extra ones would idle).
+func (v *validator) checkQueuePartitions(edges []*edge) {
+	first := map[string]*edge{}
+	for _, e := range edges {
+		if e.partitions == 0 {
+			continue
+		}
+		q := QueueName(e.from, e.output)
+		if f, ok := first[q]; !ok {
+			first[q] = e
+		} else if f.partitions != e.partitions {
+			v.errs.add(e.partitionsPos, "queue %s has %d partitions (connection at %d:%d), so this connection cannot ask for %d: a queue has one partition count",
+				q, f.partitions, f.pos.Line, f.pos.Col, e.partitions)
+		}
+	}
+	for _, e := range edges {
+		f := first[QueueName(e.from, e.output)]
+		to := v.flowlets[e.to]
+		if f == nil || to == nil || !to.instances.set || to.instances.val <= f.partitions {
+			continue
+		}
+		pos := e.partitionsPos
+		if e.partitions == 0 {
+			pos = e.pos
+		}
+		v.errs.add(pos, "flowlet %q has %d instances, more than the %d partition(s) of queue %s: an instance reads whole partitions, so %d would idle",
+			e.to, to.instances.val, f.partitions, QueueName(e.from, e.output), to.instances.val-f.partitions)
 	}
 }
 
@@ -286,6 +321,10 @@ func (v *validator) checkConnection(c *connectionSpec) *edge {
 		v.errs.add(c.key.pos, "key is only allowed with strategy hash (this connection uses %s)", e.strategy)
 	}
 	e.key = c.key.val
+	checkRange(v.errs, c.partitions, "partitions", 1, MaxPartitions)
+	if c.partitions.set && c.partitions.val >= 1 && c.partitions.val <= MaxPartitions {
+		e.partitions, e.partitionsPos = c.partitions.val, c.partitions.pos
+	}
 
 	if !ok {
 		return nil

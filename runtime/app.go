@@ -321,7 +321,7 @@ func (a *App) reconcile() error {
 	}
 	var wants []want
 	for _, q := range a.plan.Queues {
-		w := want{name: q.Name, exact: true, cfg: queue.Config{MaxEventBytes: eventMaxBytes}}
+		w := want{name: q.Name, exact: true, cfg: queue.Config{MaxEventBytes: eventMaxBytes, Partitions: q.Partitions}}
 		for _, g := range q.Groups {
 			w.groups = append(w.groups, queue.Group{Name: g.Name, Strategy: queue.Strategy(g.Strategy), Instances: g.Instances})
 		}
@@ -340,6 +340,9 @@ func (a *App) reconcile() error {
 			if err := qs.CreateQueue(w.name, w.cfg); err != nil {
 				return fmt.Errorf("create queue %s: %w", w.name, err)
 			}
+		} else if p := w.cfg.Partitions; p != 0 && info.Config.Partitions != p {
+			return fmt.Errorf("queue %s has %d partitions and the app now asks for %d: a queue's partition count is fixed when it is created (keep partitions: %d, or use a new data directory)",
+				w.name, info.Config.Partitions, p, info.Config.Partitions)
 		}
 		existing := map[string]queue.GroupInfo{}
 		for _, g := range info.Groups {
