@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"net/http"
 	"os"
@@ -300,5 +301,32 @@ connections:
 	}
 	if code := post("/"); code != http.StatusOK {
 		t.Errorf("POST /: %d, want 200", code)
+	}
+}
+
+// A file_sink whose path changed under a store with committed output says
+// so, naming both files, instead of reporting the new file as truncated.
+func TestFileSinkPathChanged(t *testing.T) {
+	dir := t.TempDir()
+	app := func(out string) string {
+		return `
+app: t
+flowlets:
+  gen: {type: generator, config: {count: 10}}
+  out: {type: file_sink, config: {path: ` + filepath.Join(dir, out) + `}}
+connections:
+  - {from: gen, to: out}
+`
+	}
+	runDrain(t, dir, app("one.txt"), runtime.Options{NoSync: true}).Close()
+	a, err := runtime.Open(plan(t, dir, app("two.txt")), runtime.Options{NoSync: true, Drain: true, DataDir: filepath.Join(dir, "data")})
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err = a.Run(ctx)
+		cancel()
+		a.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "went to "+filepath.Join(dir, "one.txt")+", and path is now "+filepath.Join(dir, "two.txt")) {
+		t.Fatalf("got %v, want the path-changed error", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/flowrun/flowrun/flowlet"
 )
@@ -30,6 +31,7 @@ func init() {
 // recorded size and appends the same records again.
 type FileSink struct {
 	path  string
+	abs   string // path made absolute: recorded with the committed size
 	fsync bool
 	f     *os.File
 	w     *bufio.Writer
@@ -38,6 +40,7 @@ type FileSink struct {
 var (
 	nextKey    = []byte("next")
 	flushedKey = []byte("flushed")
+	pathKey    = []byte("path")
 )
 
 const (
@@ -53,6 +56,9 @@ func (s *FileSink) Init(ic flowlet.InitContext) error {
 		return err
 	}
 	var err error
+	if s.abs, err = filepath.Abs(s.path); err != nil {
+		return fmt.Errorf("file_sink %q: %w", ic.Name, err)
+	}
 	s.f, err = os.OpenFile(s.path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return fmt.Errorf("file_sink %q: cannot open output file: %w", ic.Name, err)
@@ -127,6 +133,16 @@ func (s *FileSink) Publish(ctx flowlet.Context) error {
 	if ok && len(v) == 16 {
 		flushed, off = binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:])
 	}
+	prev, pathOK, err := meta.Get(pathKey)
+	if err != nil {
+		return err
+	}
+	samePath := pathOK && string(prev) == s.abs
+	if !samePath && pathOK && off > 0 {
+		// The size recorded is the other file's: checking it against this
+		// one would blame a truncation that did not happen.
+		return fmt.Errorf("file_sink: the %d bytes committed so far went to %s, and path is now %s; set path back, or start from a new data directory", off, prev, s.abs)
+	}
 	fi, err := s.f.Stat()
 	if err != nil {
 		return err
@@ -172,6 +188,11 @@ func (s *FileSink) Publish(ctx flowlet.Context) error {
 	}
 	for _, k := range keys {
 		if err := out.Delete(k); err != nil {
+			return err
+		}
+	}
+	if !samePath {
+		if err := meta.Put(pathKey, []byte(s.abs)); err != nil {
 			return err
 		}
 	}
