@@ -137,8 +137,11 @@ type App struct {
 	sourcesLeft atomic.Int64
 	unsettled   atomic.Int64 // instances not started yet or waiting to retry
 	sourceErr   atomic.Pointer[error]
-	drained     atomic.Bool
-	fatal       chan error
+	// emptySteps counts steps that found nothing to do (an idle source's
+	// poll, an empty dequeue) and so aborted their transaction.
+	emptySteps atomic.Uint64
+	drained    atomic.Bool
+	fatal      chan error
 
 	// started is when Run started (nil before): Status may be called from
 	// the HTTP server while Run starts.

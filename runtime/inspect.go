@@ -155,7 +155,10 @@ func (s *Store) replayed(q string, out map[string]bool) error {
 	if _, err := txc.Start(time.Minute); err != nil {
 		return err
 	}
-	defer txc.Abort(nil)
+	defer func() {
+		txc.Abort(nil)
+		s.st.reads.Add(1)
+	}()
 	pending := map[string]bool{}
 	for {
 		es, err := c.Dequeue(10000)
@@ -356,7 +359,10 @@ func (s *store) view(app, flowletName string, fn func(st StateReader) error) err
 	if err != nil {
 		return err
 	}
-	defer s.coord.Abort(t)
+	defer func() {
+		s.coord.Abort(t)
+		s.reads.Add(1)
+	}()
 	if err := ss.StartTx(t); err != nil {
 		return err
 	}

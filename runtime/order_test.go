@@ -64,7 +64,13 @@ connections:
   - ` + conn + "\n"
 			a := runDrain(t, dir, app, runtime.Options{NoSync: true})
 			bad := counter(t, a, "c", "bad", "n")
+			tx := a.Status().Tx
 			a.Close()
+			// Nothing failed or conflicted: every abort was an empty step
+			// or the read of the counter above.
+			if tx.Aborted != 0 || tx.EmptySteps == 0 || tx.ReadOnly == 0 {
+				t.Errorf("tx status: %d aborted, %d empty steps, %d read-only; want 0, some and some", tx.Aborted, tx.EmptySteps, tx.ReadOnly)
+			}
 			if parts == 1 && bad != 0 {
 				t.Fatalf("%d events out of order with partitions: 1", bad)
 			}

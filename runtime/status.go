@@ -123,9 +123,14 @@ type QueueStatus struct {
 
 // TxStatus is the coordinator's counters.
 type TxStatus struct {
-	Started     uint64 `json:"started"`
-	Committed   uint64 `json:"committed"`
+	Started   uint64 `json:"started"`
+	Committed uint64 `json:"committed"`
+	// Aborted counts transactions that aborted on a conflict, an error or
+	// a stop; EmptySteps those of steps that found nothing to do (an idle
+	// source's poll, an empty dequeue), which abort by design.
 	Aborted     uint64 `json:"aborted"`
+	EmptySteps  uint64 `json:"empty_steps"`
+	ReadOnly    uint64 `json:"read_only"` // state and queue views, ended by an abort
 	Conflicts   uint64 `json:"conflicts"`
 	Invalidated uint64 `json:"invalidated"`
 	InProgress  int    `json:"in_progress"`
@@ -136,9 +141,11 @@ type TxStatus struct {
 	CommitP99 float64 `json:"commit_p99_ms"`
 }
 
-func txStatus(s tx.Stats) TxStatus {
+func txStatus(s tx.Stats, empty, reads uint64) TxStatus {
+	empty = min(empty, s.Aborted)
+	reads = min(reads, s.Aborted-empty)
 	return TxStatus{
-		Started: s.Started, Committed: s.Committed, Aborted: s.Aborted, Conflicts: s.Conflicts,
+		Started: s.Started, Committed: s.Committed, Aborted: s.Aborted - empty - reads, EmptySteps: empty, ReadOnly: reads, Conflicts: s.Conflicts,
 		Invalidated: s.Invalidated, InProgress: s.InProgress, Invalid: s.Invalid, ReadPointer: s.ReadPointer,
 		CommitP50: float64(s.CommitLatency.Quantile(0.5)) / 1e6, CommitP99: float64(s.CommitLatency.Quantile(0.99)) / 1e6,
 	}
@@ -148,7 +155,9 @@ func txStatus(s tx.Stats) TxStatus {
 // lag, so call it about once a second, not in a tight loop.
 func (a *App) Status() Status {
 	now := time.Now()
-	s := Status{App: a.plan.App, DataDir: a.opts.DataDir, Time: now, Drained: a.drained.Load() && a.sourceErr.Load() == nil, Tx: txStatus(a.st.coord.Stats())}
+	// Before the stats: each is counted there first.
+	empty, reads := a.emptySteps.Load(), a.st.reads.Load()
+	s := Status{App: a.plan.App, DataDir: a.opts.DataDir, Time: now, Drained: a.drained.Load() && a.sourceErr.Load() == nil, Tx: txStatus(a.st.coord.Stats(), empty, reads)}
 	s.Ready, _ = a.Ready()
 	if t := a.started.Load(); t != nil {
 		s.Uptime = now.Sub(*t).Seconds()

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -33,6 +34,9 @@ type store struct {
 	qb     *badgerq.Backend
 	queues *queue.Queues
 	pruner *tx.Pruner
+	// reads counts read-only transactions (state and queue views), which
+	// end in an abort by design.
+	reads atomic.Uint64
 }
 
 type storeOptions struct {

@@ -279,8 +279,8 @@ func writeStatus(w io.Writer, st runtime.Status, url string) {
 		}
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\ntx: %d committed, %d aborted, %d conflicts, %d in progress, commit p50 %.2fms p99 %.2fms\n",
-		st.Tx.Committed, st.Tx.Aborted, st.Tx.Conflicts, st.Tx.InProgress, st.Tx.CommitP50, st.Tx.CommitP99)
+	fmt.Fprintf(w, "\ntx: %d committed, %d aborted, %d conflicts, %d empty steps, %d in progress, commit p50 %.2fms p99 %.2fms\n",
+		st.Tx.Committed, st.Tx.Aborted, st.Tx.Conflicts, st.Tx.EmptySteps, st.Tx.InProgress, st.Tx.CommitP50, st.Tx.CommitP99)
 }
 
 func truncate(s string, n int) string {

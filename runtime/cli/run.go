@@ -290,8 +290,8 @@ func writeTable(w io.Writer, st runtime.Status) {
 		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%d\t%d\t\n", f.Name, f.Instances, f.Rate, f.Processed, f.Backlog, f.Failed, f.DLQ)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "tx: %d committed, %d aborted, %d conflicts, commit p99 %.1fms   uptime %.0fs\n",
-		st.Tx.Committed, st.Tx.Aborted, st.Tx.Conflicts, st.Tx.CommitP99, st.Uptime)
+	fmt.Fprintf(w, "tx: %d committed, %d aborted, %d conflicts, %d empty steps, commit p99 %.1fms   uptime %.0fs\n",
+		st.Tx.Committed, st.Tx.Aborted, st.Tx.Conflicts, st.Tx.EmptySteps, st.Tx.CommitP99, st.Uptime)
 }
 
 // printSummary writes the run's last status; runErr is what Run returned
