@@ -10,8 +10,9 @@ import (
 // Position is a place in an app file. Line and Col are 1-based; 0 means
 // unknown (yaml.v3 reports some syntax errors with a line but no column).
 type Position struct {
-	File      string
-	Line, Col int
+	File string `json:"file"`
+	Line int    `json:"line"`
+	Col  int    `json:"col"`
 }
 
 // String formats p as "file:line:col", dropping the parts that are unknown,

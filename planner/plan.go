@@ -2,6 +2,7 @@ package planner
 
 import (
 	"container/heap"
+	"encoding/json"
 	"sort"
 	"time"
 )
@@ -10,91 +11,91 @@ import (
 // (no pointers between flowlets and queues) so it can be logged, compared
 // and serialized; use Flowlet and Queue to look things up by name.
 type Plan struct {
-	App string
+	App string `json:"app"`
 	// Flowlets in topological order: every producer comes before its
 	// consumers; ties keep the file's order.
-	Flowlets []*Flowlet
+	Flowlets []*Flowlet `json:"flowlets"`
 	// Queues in the order of their producers, then by output name.
-	Queues []*Queue
+	Queues []*Queue `json:"queues"`
 	// Connections as written, in file order, with defaults applied.
-	Connections []*Connection
+	Connections []*Connection `json:"connections"`
 	// Runtime is the file's runtime section (settings of `flowrun run`);
 	// zero when the file has none.
-	Runtime Runtime
+	Runtime Runtime `json:"runtime"`
 }
 
 // Flowlet is one processing stage and how many copies of it run.
 type Flowlet struct {
-	Name string
+	Name string `json:"name"`
 	// Exactly one of Type (a built-in flowlet type) and Plugin (a Go package
 	// directory or a binary path, as written in the file) is set.
-	Type      string
-	Plugin    string
-	Instances int
-	BatchSize int
-	Retry     RetryPolicy
-	Tick      time.Duration // 0: no tick
+	Type      string        `json:"type,omitempty"`
+	Plugin    string        `json:"plugin,omitempty"`
+	Instances int           `json:"instances"`
+	BatchSize int           `json:"batch_size"`
+	Retry     RetryPolicy   `json:"retries"`
+	Tick      time.Duration `json:"-"` // 0: no tick
 	// Config is the flowlet's free-form config after interpolation; never
 	// nil. Values are map[string]any, []any, string, int, float64, bool or
 	// nil.
-	Config map[string]any
+	Config map[string]any `json:"config"`
 	// Inputs names the queues this flowlet consumes, in Queues order; its
 	// consumer group on each is named after the flowlet.
-	Inputs []string
+	Inputs []string `json:"inputs,omitempty"`
 	// Outputs names the outputs that have a queue ("<flowlet>.<output>"),
 	// sorted. Events emitted on any other output have no consumer.
-	Outputs []string
-	Pos     Position
+	Outputs []string `json:"outputs,omitempty"`
+	Pos     Position `json:"pos"`
 }
 
 // RetryPolicy says how often and how patiently a failed batch is retried
 // before the flowlet gives up.
 type RetryPolicy struct {
-	Max        int           // retries after the first attempt; 0: none
-	Backoff    time.Duration // wait before the first retry, doubled each time
-	MaxBackoff time.Duration // cap on the wait
+	Max        int           `json:"max"` // retries after the first attempt; 0: none
+	Backoff    time.Duration `json:"-"`   // wait before the first retry, doubled each time
+	MaxBackoff time.Duration `json:"-"`   // cap on the wait
 }
 
 // Queue is the durable queue behind one producer output. All consumers of
 // that output read the same queue, each through its own consumer group, so
 // every consuming flowlet sees every event once.
 type Queue struct {
-	Name     string // "<producer>.<output>"
-	Producer string
-	Output   string
+	Name     string `json:"name"` // "<producer>.<output>"
+	Producer string `json:"producer"`
+	Output   string `json:"output"`
 	// Key is the name of the partition key the producer must set on each
 	// event it enqueues here, when a group hashes by it; "" otherwise. All
 	// hash groups of a queue share it, because events are partitioned once,
 	// at enqueue.
-	Key string
+	Key string `json:"key,omitempty"`
 	// Partitions is the queue's partition count as a connection set it;
 	// 0 means the queue backend's default (64). Order is kept within a
 	// partition: a queue of 1 partition keeps its events in commit order.
-	Partitions int
+	Partitions int `json:"partitions,omitempty"`
 	// Groups are the consumer groups, one per consuming flowlet, in
 	// topological order of the consumers.
-	Groups []*Group
+	Groups []*Group `json:"groups"`
 }
 
 // Group is one consuming flowlet's view of a queue: how the queue's events
 // are split among the flowlet's instances.
 type Group struct {
-	Name      string // the consuming flowlet
-	Strategy  Strategy
-	Key       string // set only for Hash, and then equal to the queue's Key
-	Instances int    // the consuming flowlet's instance count
+	Name      string   `json:"name"` // the consuming flowlet
+	Strategy  Strategy `json:"strategy"`
+	Key       string   `json:"key,omitempty"` // set only for Hash, and then equal to the queue's Key
+	Instances int      `json:"instances"`     // the consuming flowlet's instance count
 }
 
 // Connection is one "connections" entry with defaults applied.
 type Connection struct {
-	From     string // producing flowlet
-	Output   string // producing output; DefaultOutput when not written
-	To       string // consuming flowlet
-	Strategy Strategy
-	Key      string
+	From     string   `json:"from"`   // producing flowlet
+	Output   string   `json:"output"` // producing output; DefaultOutput when not written
+	To       string   `json:"to"`     // consuming flowlet
+	Strategy Strategy `json:"strategy"`
+	Key      string   `json:"key,omitempty"`
 	// Partitions as written (0: not set; see Queue.Partitions).
-	Partitions int
-	Pos        Position
+	Partitions int      `json:"partitions,omitempty"`
+	Pos        Position `json:"pos"`
 }
 
 // Queue returns the name of the queue this connection reads from.
@@ -276,4 +277,27 @@ func (h *intHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// MarshalJSON writes the flowlet with its tick as a Go duration ("1s"),
+// the way the app file does; no tick, no field.
+func (f Flowlet) MarshalJSON() ([]byte, error) {
+	type plain Flowlet
+	var tick string
+	if f.Tick > 0 {
+		tick = f.Tick.String()
+	}
+	return json.Marshal(struct {
+		plain
+		Tick string `json:"tick,omitempty"`
+	}{plain(f), tick})
+}
+
+// MarshalJSON writes the policy's durations as Go durations ("10ms").
+func (r RetryPolicy) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Max        int    `json:"max"`
+		Backoff    string `json:"backoff"`
+		MaxBackoff string `json:"max_backoff"`
+	}{r.Max, r.Backoff.String(), r.MaxBackoff.String()})
 }

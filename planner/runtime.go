@@ -18,26 +18,26 @@ import (
 type Runtime struct {
 	// HTTP: the HTTP server's listen address, "host:port" with an explicit
 	// host (an empty host would listen on every interface), or "off".
-	HTTP *Setting[string] `json:",omitempty"`
+	HTTP *Setting[string] `json:"http,omitempty"`
 	// MemoryLimit: "auto", "off" or a size of at least MinMemoryLimit
 	// (ParseMemoryLimit), as written.
-	MemoryLimit *Setting[string] `json:",omitempty"`
+	MemoryLimit *Setting[string] `json:"memory_limit,omitempty"`
 	// MaxBacklog: the back-pressure bound of sources that do not set their
 	// own (negative: none).
-	MaxBacklog *Setting[int] `json:",omitempty"`
+	MaxBacklog *Setting[int] `json:"max_backlog,omitempty"`
 	// NoSync: commits are not fsynced.
-	NoSync *Setting[bool] `json:",omitempty"`
+	NoSync *Setting[bool] `json:"no_sync,omitempty"`
 	// DeferCommits: steps commit deferred (visible to the next steps
 	// before their sync; runtime.Options.DeferCommits).
-	DeferCommits *Setting[bool] `json:",omitempty"`
+	DeferCommits *Setting[bool] `json:"defer_commits,omitempty"`
 }
 
 // Setting is one value of the runtime section and where the file sets it,
 // for error messages about the value in its context (a non-loopback
 // address without a token, say).
 type Setting[T any] struct {
-	Value T
-	Pos   Position
+	Value T        `json:"value"`
+	Pos   Position `json:"pos"`
 }
 
 // IsZero reports whether the file sets nothing in the runtime section.
