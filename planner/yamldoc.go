@@ -7,6 +7,7 @@ import (
 	"io"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -90,7 +91,36 @@ func (d *decoder) syntaxError(src []byte, err error) {
 	if l := firstFailingLine(src, msg, max(line, 1)); l > 0 {
 		line = l
 	}
-	d.errs.add(Position{File: d.file, Line: line}, "invalid YAML: %s", msg)
+	pos := Position{File: d.file, Line: line}
+	if col := leadingTab(src, line); col > 0 {
+		pos.Col = col
+		if !strings.Contains(msg, "tab") { // "found character that cannot start any token"
+			msg += " (a tab in the indentation: YAML indents with spaces only)"
+		}
+	}
+	d.errs.add(pos, "invalid YAML: %s", msg)
+}
+
+// leadingTab returns the column of a tab in the indentation of line n of
+// src (1-based), or 0.
+func leadingTab(src []byte, n int) int {
+	if n < 1 {
+		return 0
+	}
+	lines := bytes.SplitN(src, []byte("\n"), n+1)
+	if len(lines) < n {
+		return 0
+	}
+	for i, c := range lines[n-1] {
+		switch c {
+		case ' ':
+		case '\t':
+			return i + 1
+		default:
+			return 0
+		}
+	}
+	return 0
 }
 
 // firstFailingLine returns the smallest n >= from such that the first n
