@@ -43,11 +43,13 @@ func (g *globals) validateCmd() *cobra.Command {
 					Valid  bool `json:"valid"`
 					Errors []ej `json:"errors"`
 				}{Valid: err == nil, Errors: []ej{}}
-				if err != nil && !errorsAs(err, &el) {
-					return &exitError{ExitFailure, err}
-				}
 				for _, e := range el {
 					out.Errors = append(out.Errors, ej{e.File, e.Line, e.Col, e.Msg})
+				}
+				if err != nil && !errorsAs(err, &el) {
+					// Not a problem in the file (it cannot be read, a
+					// plugin does not build): still an answer on stdout.
+					out.Errors = append(out.Errors, ej{File: args[0], Message: err.Error()})
 				}
 				g.printJSON(out)
 				if err != nil {
@@ -485,13 +487,16 @@ func (g *globals) dlqCmd() *cobra.Command {
 			if err := checkCount(cmd, "limit", n); err != nil {
 				return err
 			}
-			_, s, err := g.openApp(args[0])
+			ref, s, err := g.openApp(args[0])
 			if err != nil {
 				return err
 			}
 			defer s.Close()
 			var fls []string
 			if len(args) == 2 {
+				if err := checkFlowlet(ref, s, args[1]); err != nil {
+					return err
+				}
 				fls = []string{args[1]}
 			} else if fls, err = s.DLQFlowlets(); err != nil {
 				return err

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -54,5 +55,25 @@ connections:
 	code, stdout, _ = runCLI2(t, "dlq", "replay", "--data", data, app, "cnt")
 	if code != 0 || !strings.Contains(stdout, "replayed 0 dead letter(s) of cnt") {
 		t.Errorf("dlq replay: exit %d\n%s", code, stdout)
+	}
+}
+
+// validate --json answers on stdout whatever the problem, also when the file
+// cannot be read at all.
+func TestValidateJSONMissingFile(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope.yaml")
+	code, stdout, _ := runCLI2(t, "validate", "--json", missing)
+	var out struct {
+		Valid  bool `json:"valid"`
+		Errors []struct {
+			File    string `json:"file"`
+			Message string `json:"message"`
+		} `json:"errors"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil || code != ExitFailure {
+		t.Fatalf("exit %d, stdout %q: %v", code, stdout, err)
+	}
+	if out.Valid || len(out.Errors) != 1 || out.Errors[0].File != missing || !strings.Contains(out.Errors[0].Message, "no such file") {
+		t.Errorf("got %+v", out)
 	}
 }

@@ -37,7 +37,8 @@ func writeApp(t *testing.T, dir, name, src string) string {
 // state get and scan: an unknown flowlet is an error listing the known
 // ones (it read as "no state", exit 0); a counter never added to is a
 // missing key, exit 1 as the spec says (it read 0); --counters on a table
-// of key-value data is an error (it read 0 for every key).
+// of key-value data is an error (it read 0 for every key); dlq ls of an
+// unknown flowlet is an error too.
 func TestStateErrors(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
@@ -75,5 +76,12 @@ connections:
 		if code != tc.code || !strings.Contains(out, tc.want) {
 			t.Errorf("state %s: exit %d, want %d and %q\n%s", strings.Join(tc.args, " "), code, tc.code, tc.want, out)
 		}
+	}
+	// dlq ls checks its flowlet the same way.
+	if code, out := runCLI(t, "dlq", "ls", "--data", data, app, "nope"); code != ExitFailure || !strings.Contains(out, `app "counting" has no flowlet "nope"`) {
+		t.Errorf("dlq ls of an unknown flowlet: exit %d\n%s", code, out)
+	}
+	if code, out := runCLI(t, "dlq", "ls", "--data", data, app, "cnt"); code != 0 || !strings.Contains(out, "no dead letters") {
+		t.Errorf("dlq ls cnt: exit %d\n%s", code, out)
 	}
 }
