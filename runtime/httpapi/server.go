@@ -189,10 +189,33 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /api/v1/dlq/{flowlet}/replay", s.replay)
 	mux.HandleFunc("POST /api/v1/ingest/{flowlet}", s.ingest)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		// A path that exists with another method is a 405, not a 404.
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, pattern := mux.Handler(probe); pattern != "/api/" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeErr(w, http.StatusMethodNotAllowed, fmt.Errorf("%s %s: use %s", r.Method, r.URL.Path, strings.Join(allow, " or ")))
+			return
+		}
 		writeErr(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s (see specs/http.md)", r.Method, r.URL.Path))
 	})
 	ui := webui.Handler()
-	mux.Handle("/", ui)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// Outside /api/ everything is read-only (the UI, /ping, /ready,
+		// /metrics): another method is a 405, whatever the path.
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, r.Method+" "+r.URL.Path+": method not allowed (use GET)", http.StatusMethodNotAllowed)
+			return
+		}
+		ui.ServeHTTP(w, r)
+	})
 	return s.auth(mux)
 }
 

@@ -282,6 +282,23 @@ func TestAPI(t *testing.T) {
 		t.Error("pprof served without Config.Pprof")
 	}
 
+	// A known path with the wrong method is a 405, an unknown one a 404.
+	for _, c := range []struct {
+		method, path string
+		code         int
+	}{
+		{"POST", "/ping", 405},
+		{"DELETE", "/", 405},
+		{"POST", "/api/v1/status", 405},
+		{"GET", "/api/v1/flowlets/cnt/scale", 405},
+		{"GET", "/api/v1/nope", 404},
+		{"GET", "/ping", 200},
+	} {
+		if code, b := do(t, c.method, u+c.path, "", ""); code != c.code {
+			t.Errorf("%s %s: %d %s, want %d", c.method, c.path, code, b, c.code)
+		}
+	}
+
 	// Scale: errors first.
 	for _, c := range []struct {
 		path, body string
