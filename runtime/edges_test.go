@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -328,5 +329,32 @@ connections:
 	}
 	if err == nil || !strings.Contains(err.Error(), "went to "+filepath.Join(dir, "one.txt")+", and path is now "+filepath.Join(dir, "two.txt")) {
 		t.Fatalf("got %v, want the path-changed error", err)
+	}
+}
+
+// The same file under another name (a symlink) is not a changed path.
+func TestFileSinkSameFileOtherName(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "real"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "real"), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	app := func(out string, count int) string {
+		return fmt.Sprintf(`
+app: t
+flowlets:
+  gen: {type: generator, config: {count: %d}}
+  out: {type: file_sink, config: {path: %s}}
+connections:
+  - {from: gen, to: out}
+`, count, filepath.Join(dir, out))
+	}
+	runDrain(t, dir, app("real/out.txt", 10), runtime.Options{NoSync: true}).Close()
+	runDrain(t, dir, app("link/out.txt", 20), runtime.Options{NoSync: true}).Close()
+	b, err := os.ReadFile(filepath.Join(dir, "real", "out.txt"))
+	if err != nil || strings.Count(string(b), "\n") != 20 {
+		t.Fatalf("out.txt: %d lines, %v; want 20", strings.Count(string(b), "\n"), err)
 	}
 }

@@ -88,6 +88,17 @@ func (s *FileSink) configure(ic flowlet.InitContext) error {
 	return nil
 }
 
+// sameFile reports whether path names the file the sink writes (another
+// name for it: a symlink, a bind mount).
+func (s *FileSink) sameFile(path string) bool {
+	a, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	b, err := s.f.Stat()
+	return err == nil && os.SameFile(a, b)
+}
+
 func (s *FileSink) Close() error {
 	if s.f != nil {
 		return s.f.Close()
@@ -138,7 +149,7 @@ func (s *FileSink) Publish(ctx flowlet.Context) error {
 		return err
 	}
 	samePath := pathOK && string(prev) == s.abs
-	if !samePath && pathOK && off > 0 {
+	if !samePath && pathOK && off > 0 && !s.sameFile(string(prev)) {
 		// The size recorded is the other file's: checking it against this
 		// one would blame a truncation that did not happen.
 		return fmt.Errorf("file_sink: the %d bytes committed so far went to %s, and path is now %s; set path back, or start from a new data directory", off, prev, s.abs)
