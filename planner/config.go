@@ -23,6 +23,25 @@ func (d *decoder) configMap(n *yaml.Node, active map[*yaml.Node]bool, inAlias bo
 	return m
 }
 
+// hasBroken reports whether a scalar under n failed interpolation (it was
+// reported; its raw text must not reach a type's CheckConfig).
+func (d *decoder) hasBroken(n *yaml.Node, seen map[*yaml.Node]bool) bool {
+	n = deref(n)
+	if seen[n] {
+		return false
+	}
+	seen[n] = true
+	if d.broken[n] {
+		return true
+	}
+	for _, c := range n.Content {
+		if d.hasBroken(c, seen) {
+			return true
+		}
+	}
+	return false
+}
+
 func (d *decoder) configValue(orig *yaml.Node, active map[*yaml.Node]bool, inAlias bool) any {
 	n := deref(orig)
 	if n != orig {

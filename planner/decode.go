@@ -148,7 +148,9 @@ func (d *decoder) decodeFlowlet(name string, k, v *yaml.Node) *flowletSpec {
 		case "config":
 			f.configPos = d.pos(kn)
 			if d.mapping(v, "config") {
+				before := len(d.errs.list)
 				f.config = d.configMap(v, map[*yaml.Node]bool{}, deref(v) != v)
+				f.configBad = len(d.errs.list) > before || d.hasBroken(v, map[*yaml.Node]bool{})
 				f.configKeys = map[string]Position{}
 				m := deref(v)
 				for i := 0; i+1 < len(m.Content); i += 2 {

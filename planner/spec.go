@@ -29,6 +29,7 @@ type flowletSpec struct {
 	config     map[string]any
 	configPos  Position            // of the config key; zero if absent
 	configKeys map[string]Position // of each key of the config mapping
+	configBad  bool                // an error was reported inside config: no CheckConfig
 }
 
 type connectionSpec struct {

@@ -209,7 +209,7 @@ func (v *validator) checkFlowlet(f *flowletSpec) {
 // checkConfig asks a built-in type to check the flowlet's config, and
 // reports what it finds at the config field it names.
 func (v *validator) checkConfig(f *flowletSpec) {
-	if f.bad || !f.typ.set || f.instances.bad || (f.instances.set && (f.instances.val < 1 || f.instances.val > MaxInstances)) {
+	if f.bad || f.configBad || !f.typ.set || f.instances.bad || (f.instances.set && (f.instances.val < 1 || f.instances.val > MaxInstances)) {
 		return
 	}
 	check := v.types[f.typ.val].CheckConfig

@@ -327,7 +327,7 @@ connections:
 		cancel()
 		a.Close()
 	}
-	if err == nil || !strings.Contains(err.Error(), "went to "+filepath.Join(dir, "one.txt")+", and path is now "+filepath.Join(dir, "two.txt")) {
+	if err == nil || !strings.Contains(err.Error(), "went to "+filepath.Join(dir, "one.txt")+", which still exists, and path is now "+filepath.Join(dir, "two.txt")) {
 		t.Fatalf("got %v, want the path-changed error", err)
 	}
 }
@@ -354,6 +354,35 @@ connections:
 	runDrain(t, dir, app("real/out.txt", 10), runtime.Options{NoSync: true}).Close()
 	runDrain(t, dir, app("link/out.txt", 20), runtime.Options{NoSync: true}).Close()
 	b, err := os.ReadFile(filepath.Join(dir, "real", "out.txt"))
+	if err != nil || strings.Count(string(b), "\n") != 20 {
+		t.Fatalf("out.txt: %d lines, %v; want 20", strings.Count(string(b), "\n"), err)
+	}
+}
+
+// A project moved as a whole (data and output together) runs on: the old
+// path is gone, and the file at the new one has the committed size.
+func TestFileSinkMovedProject(t *testing.T) {
+	root := t.TempDir()
+	app := func(dir string, count int) string {
+		return fmt.Sprintf(`
+app: t
+flowlets:
+  gen: {type: generator, config: {count: %d}}
+  out: {type: file_sink, config: {path: %s}}
+connections:
+  - {from: gen, to: out}
+`, count, filepath.Join(dir, "out.txt"))
+	}
+	one, two := filepath.Join(root, "one"), filepath.Join(root, "two")
+	if err := os.Mkdir(one, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runDrain(t, one, app(one, 10), runtime.Options{NoSync: true}).Close()
+	if err := os.Rename(one, two); err != nil {
+		t.Fatal(err)
+	}
+	runDrain(t, two, app(two, 20), runtime.Options{NoSync: true}).Close()
+	b, err := os.ReadFile(filepath.Join(two, "out.txt"))
 	if err != nil || strings.Count(string(b), "\n") != 20 {
 		t.Fatalf("out.txt: %d lines, %v; want 20", strings.Count(string(b), "\n"), err)
 	}

@@ -88,15 +88,18 @@ func (s *FileSink) configure(ic flowlet.InitContext) error {
 	return nil
 }
 
-// sameFile reports whether path names the file the sink writes (another
-// name for it: a symlink, a bind mount).
-func (s *FileSink) sameFile(path string) bool {
+// otherFile reports whether path, where the committed output went, still
+// names a file other than the one the sink writes now. A name for the same
+// file (a symlink) is not another file; neither is a path that no longer
+// exists (the project directory was moved, a volume mounted elsewhere):
+// the size check then decides, as it always did.
+func (s *FileSink) otherFile(path string) bool {
 	a, err := os.Stat(path)
 	if err != nil {
 		return false
 	}
 	b, err := s.f.Stat()
-	return err == nil && os.SameFile(a, b)
+	return err == nil && !os.SameFile(a, b)
 }
 
 func (s *FileSink) Close() error {
@@ -149,10 +152,10 @@ func (s *FileSink) Publish(ctx flowlet.Context) error {
 		return err
 	}
 	samePath := pathOK && string(prev) == s.abs
-	if !samePath && pathOK && off > 0 && !s.sameFile(string(prev)) {
+	if !samePath && pathOK && off > 0 && s.otherFile(string(prev)) {
 		// The size recorded is the other file's: checking it against this
 		// one would blame a truncation that did not happen.
-		return fmt.Errorf("file_sink: the %d bytes committed so far went to %s, and path is now %s; set path back, or start from a new data directory", off, prev, s.abs)
+		return fmt.Errorf("file_sink: the %d bytes committed so far went to %s, which still exists, and path is now %s; set path back, or move the file there", off, prev, s.abs)
 	}
 	fi, err := s.f.Stat()
 	if err != nil {
