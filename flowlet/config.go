@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -63,9 +64,14 @@ func (c Config) get(field string) (any, bool) {
 	return v, v != nil
 }
 
+var decimalRE = regexp.MustCompile(`^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$`)
+
 func describe(v any) string {
 	switch v := v.(type) {
 	case string:
+		if len(v) > 80 {
+			return fmt.Sprintf("the string %q… (%d bytes)", v[:64], len(v))
+		}
 		return fmt.Sprintf("the string %q", v)
 	case int, int64, uint64:
 		return fmt.Sprintf("the number %v", v)
@@ -122,7 +128,7 @@ func (c Config) Int(field string, def int) (int, error) {
 			return i, nil
 		}
 		if errors.Is(err, strconv.ErrRange) {
-			return def, c.errorf(field, "integer %s out of range", strings.TrimSpace(n))
+			return def, c.errorf(field, "integer out of range: %s", describe(v))
 		}
 		return def, c.errorf(field, "want an integer, got %s", describe(v))
 	default:
@@ -139,6 +145,9 @@ func (c Config) Float(field string, def float64) (float64, error) {
 	}
 	switch n := v.(type) {
 	case float64:
+		if math.IsNaN(n) || math.IsInf(n, 0) {
+			return def, c.errorf(field, "want a finite number, got %v", n)
+		}
 		return n, nil
 	case int:
 		return float64(n), nil
@@ -147,8 +156,12 @@ func (c Config) Float(field string, def float64) (float64, error) {
 	case uint64:
 		return float64(n), nil
 	case string:
-		if f, err := strconv.ParseFloat(strings.TrimSpace(n), 64); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
-			return f, nil
+		// Decimal only: ParseFloat would also take hex floats, "1_000",
+		// "inf" and "nan".
+		if t := strings.TrimSpace(n); decimalRE.MatchString(t) {
+			if f, err := strconv.ParseFloat(t, 64); err == nil && !math.IsInf(f, 0) {
+				return f, nil
+			}
 		}
 	}
 	return def, c.errorf(field, "want a number, got %s", describe(v))

@@ -3,6 +3,7 @@ package flowlet
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -15,12 +16,16 @@ func TestConfig(t *testing.T) {
 		"mixed": []any{"a", 1}, "null": nil,
 		// What a quoted variable in a flow mapping gives: {count: "${N:100}"}.
 		"sn": " 100", "sf": "2.5", "sb": "True", "sbig": "99999999999999999999",
+		"shex": "0x1p4", "sinf": "inf", "inf": math.Inf(1), "long": strings.Repeat("x", 1000), "se": "-1.5e3",
 	})
 	if n, err := c.Int("sn", 0); err != nil || n != 100 {
 		t.Fatal("an integer in a string:", n, err)
 	}
 	if f, err := c.Float("sf", 0); err != nil || f != 2.5 {
 		t.Fatal("a number in a string:", f, err)
+	}
+	if f, err := c.Float("se", 0); err != nil || f != -1500 {
+		t.Fatal("a number with an exponent in a string:", f, err)
 	}
 	if b, err := c.Bool("sb", false); err != nil || !b {
 		t.Fatal("a boolean in a string:", b, err)
@@ -76,7 +81,11 @@ func TestConfig(t *testing.T) {
 		{second(c.Float("on", 0)), `want a number, got the boolean true`},
 		{second(c.Float("path", 0)), `want a number, got the string "/tmp/x"`},
 		{second(c.Int("sf", 0)), `config field "sf": want an integer, got the string "2.5"`},
-		{second(c.Int("sbig", 0)), `config field "sbig": integer 99999999999999999999 out of range`},
+		{second(c.Int("sbig", 0)), `config field "sbig": integer out of range: the string "99999999999999999999"`},
+		{second(c.Float("shex", 0)), `config field "shex": want a number, got the string "0x1p4"`},
+		{second(c.Float("sinf", 0)), `config field "sinf": want a number, got the string "inf"`},
+		{second(c.Float("inf", 0)), `config field "inf": want a finite number, got +Inf`},
+		{second(c.Int("long", 0)), `config field "long": want an integer, got the string "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"… (1000 bytes)`},
 		{c.Require("path", "addr"), `flowlet "reader": config field "addr": required but not set`},
 		{NewConfig("x", map[string]any{"pth": 1}).Known("path"), `flowlet "x": config field "pth": unknown field (known: path)`},
 		{NewConfig("x", map[string]any{"b": 1, "a": 1}).Known("path"), `flowlet "x": config: unknown fields a, b (known: path)`},

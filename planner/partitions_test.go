@@ -41,4 +41,16 @@ connections:
 	if err == nil || err.Error() != want {
 		t.Fatalf("got\n%v\nwant\n%s", err, want)
 	}
+	// Without partitions, the queue has the default 64.
+	_, err = Parse("app.yaml", []byte(`app: x
+flowlets:
+  src: {type: file_source}
+  a: {type: counter, instances: 65}
+connections:
+  - {from: src, to: a}
+`), testOptions())
+	want = `app.yaml:6:5: flowlet "a" has 65 instances, more than the 64 partition(s) of queue src.out: an instance reads whole partitions, so 1 would idle`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got\n%v\nwant\n%s", err, want)
+	}
 }

@@ -121,13 +121,14 @@ var strategyNames = []string{string(Fifo), string(RoundRobin), string(Hash)}
 
 // Defaults and limits of the app format; specs/app-yaml.md documents them.
 const (
-	DefaultOutput    = "out"
-	DefaultStrategy  = Fifo
-	DefaultInstances = 1
-	MaxInstances     = 1024
-	MaxPartitions    = 4096 // as package queue allows
-	DefaultBatchSize = 100
-	MaxBatchSize     = 100_000
+	DefaultOutput     = "out"
+	DefaultStrategy   = Fifo
+	DefaultInstances  = 1
+	MaxInstances      = 1024
+	DefaultPartitions = 64   // as package queue creates
+	MaxPartitions     = 4096 // as package queue allows
+	DefaultBatchSize  = 100
+	MaxBatchSize      = 100_000
 )
 
 // DefaultRetry is the retry policy of a flowlet that sets no retries.

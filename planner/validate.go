@@ -124,17 +124,19 @@ func (v *validator) checkQueuePartitions(edges []*edge) {
 		}
 	}
 	for _, e := range edges {
-		f := first[QueueName(e.from, e.output)]
+		parts, pos := DefaultPartitions, e.pos
+		if f := first[QueueName(e.from, e.output)]; f != nil {
+			parts = f.partitions
+		}
+		if e.partitions != 0 {
+			pos = e.partitionsPos
+		}
 		to := v.flowlets[e.to]
-		if f == nil || to == nil || !to.instances.set || to.instances.val <= f.partitions {
+		if to == nil || !to.instances.set || to.instances.val <= parts || to.instances.val > MaxInstances {
 			continue
 		}
-		pos := e.partitionsPos
-		if e.partitions == 0 {
-			pos = e.pos
-		}
 		v.errs.add(pos, "flowlet %q has %d instances, more than the %d partition(s) of queue %s: an instance reads whole partitions, so %d would idle",
-			e.to, to.instances.val, f.partitions, QueueName(e.from, e.output), to.instances.val-f.partitions)
+			e.to, to.instances.val, parts, QueueName(e.from, e.output), to.instances.val-parts)
 	}
 }
 
@@ -179,7 +181,7 @@ func (v *validator) checkFlowlet(f *flowletSpec) {
 		v.errs.add(f.plugin.pos, "plugin must not be empty")
 	}
 	checkRange(v.errs, f.instances, "instances", 1, MaxInstances)
-	if f.typ.set && f.instances.set && f.instances.val > 1 && v.types[f.typ.val].SingleInstance {
+	if f.typ.set && f.instances.set && f.instances.val > 1 && f.instances.val <= MaxInstances && v.types[f.typ.val].SingleInstance {
 		v.errs.add(f.instances.pos, "flowlet %q: type %s runs as a single instance (one reader, writer or listener); instances must be 1, got %d", f.name, f.typ.val, f.instances.val)
 	} else {
 		v.checkConfig(f)

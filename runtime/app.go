@@ -337,15 +337,19 @@ func (a *App) reconcile() error {
 				groups: []queue.Group{{Name: f.Name, Strategy: queue.Hash, Instances: f.Instances}}})
 		}
 	}
+	// Refused changes first, before anything is created or rescaled.
+	for _, w := range wants {
+		if info, ok := have[w.name]; ok && w.cfg.Partitions != 0 && info.Config.Partitions != w.cfg.Partitions {
+			return fmt.Errorf("queue %s has %d partitions and the app now asks for %d: a queue's partition count is fixed when it is created (keep partitions: %d, or use a new data directory)",
+				w.name, info.Config.Partitions, w.cfg.Partitions, info.Config.Partitions)
+		}
+	}
 	for _, w := range wants {
 		info, ok := have[w.name]
 		if !ok {
 			if err := qs.CreateQueue(w.name, w.cfg); err != nil {
 				return fmt.Errorf("create queue %s: %w", w.name, err)
 			}
-		} else if p := w.cfg.Partitions; p != 0 && info.Config.Partitions != p {
-			return fmt.Errorf("queue %s has %d partitions and the app now asks for %d: a queue's partition count is fixed when it is created (keep partitions: %d, or use a new data directory)",
-				w.name, info.Config.Partitions, p, info.Config.Partitions)
 		}
 		existing := map[string]queue.GroupInfo{}
 		for _, g := range info.Groups {

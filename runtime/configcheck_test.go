@@ -34,11 +34,19 @@ flowlets:
     config: {path: `+out+`}
   o2: {type: stdout_sink, config: {foo: 1}}
   g2: {type: generator, config: {payload: "x{mod:0}", max_backlog: "${B:10}"}}
+  g3: {type: generator, config: {rate: .inf}}
+  h2: {type: http_source, config: {path: /a//b}}
+  h3: {type: http_source, config: {max_body_bytes: 0}}
+  out2: {type: file_sink, config: {path: ""}}
 connections:
   - {from: g, to: out}
   - {from: src, to: out}
   - {from: h, to: o2}
   - {from: g2, to: o2}
+  - {from: g3, to: o2}
+  - {from: h2, to: o2}
+  - {from: h3, to: o2}
+  - {from: g3, to: out2}
 `)
 	_, err := runtime.ParseFile(path)
 	var list planner.ErrorList
@@ -52,6 +60,10 @@ connections:
 		`:11:16: flowlet "out": type file_sink runs as a single instance`,
 		`:13:36: flowlet "o2": config field "foo": unknown field (this flowlet takes no config)`,
 		`:14:34: flowlet "g2": config field "payload": bad {mod:N} in "x{mod:0}"`,
+		`:15:34: flowlet "g3": config field "rate": want a finite number, got +Inf`,
+		`:16:36: flowlet "h2": config field "path": want a clean URL path`,
+		`:17:36: flowlet "h3": config field "max_body_bytes": must be at least 1, got 0`,
+		`:18:36: flowlet "out2": config field "path": must not be empty`,
 	}
 	if len(list) != len(want) {
 		t.Fatalf("%d errors, want %d:\n%v", len(list), len(want), err)

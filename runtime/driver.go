@@ -612,8 +612,9 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 		}
 		if len(evs) == 0 {
 			in.resetRoutes()
-			_ = in.txc.Abort(nil)
-			in.a.emptySteps.Add(1)
+			if in.txc.Abort(nil) == nil { // a timed-out step counts as such
+				in.a.emptySteps.Add(1)
+			}
 			return 0, nil
 		}
 		retryNow, wait := in.process(sc, evs)
@@ -1005,8 +1006,9 @@ func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 		}
 		if sc.empty() && res != srcEnd {
 			in.resetRoutes()
-			_ = in.txc.Abort(nil)
-			in.a.emptySteps.Add(1)
+			if in.txc.Abort(nil) == nil { // a timed-out step counts as such
+				in.a.emptySteps.Add(1)
+			}
 			if in.obs != nil {
 				in.obs.Committed()
 			}
@@ -1094,8 +1096,9 @@ func (in *instance) ownStep(ctx context.Context, what string, fn func(*stepCtx) 
 		}
 		if sc.empty() {
 			in.resetRoutes()
-			_ = in.txc.Abort(nil)
-			in.a.emptySteps.Add(1)
+			if in.txc.Abort(nil) == nil { // a timed-out step counts as such
+				in.a.emptySteps.Add(1)
+			}
 			return nil
 		}
 		conflict, err := in.finish(sc)

@@ -284,7 +284,7 @@ connections:
   - {from: in, to: c}
 `
 	}
-	if _, err := runtime.ParseFile(writeApp(t, dir, app(", path: ingest"))); err == nil || !strings.Contains(err.Error(), `config field "path": want a URL path such as /ingest`) {
+	if _, err := runtime.ParseFile(writeApp(t, dir, app(", path: ingest"))); err == nil || !strings.Contains(err.Error(), `config field "path": want a clean URL path such as /ingest`) {
 		t.Errorf("path without a leading /: %v", err)
 	}
 	runApp(t, plan(t, dir, app("")), runtime.Options{NoSync: true, DataDir: filepath.Join(dir, "data")})

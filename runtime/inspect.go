@@ -156,8 +156,9 @@ func (s *Store) replayed(q string, out map[string]bool) error {
 		return err
 	}
 	defer func() {
-		txc.Abort(nil)
-		s.st.reads.Add(1)
+		if txc.Abort(nil) == nil {
+			s.st.reads.Add(1)
+		}
 	}()
 	pending := map[string]bool{}
 	for {
@@ -360,8 +361,9 @@ func (s *store) view(app, flowletName string, fn func(st StateReader) error) err
 		return err
 	}
 	defer func() {
-		s.coord.Abort(t)
-		s.reads.Add(1)
+		if s.coord.Abort(t) == nil {
+			s.reads.Add(1)
+		}
 	}()
 	if err := ss.StartTx(t); err != nil {
 		return err

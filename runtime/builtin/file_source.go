@@ -78,6 +78,9 @@ func (s *FileSource) configure(ic flowlet.InitContext) error {
 	if s.path, err = c.String("path", ""); err != nil {
 		return err
 	}
+	if s.path == "" {
+		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "path", Msg: "must not be empty"}
+	}
 	if s.follow, err = c.Bool("follow", false); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -103,8 +104,11 @@ func (s *HTTPSource) configure(ic flowlet.InitContext) error {
 		return err
 	}
 	s.maxBody = int64(mb)
-	if !strings.HasPrefix(s.path, "/") || strings.ContainsAny(s.path, "{} \t?#") {
-		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "path", Msg: fmt.Sprintf("want a URL path such as /ingest (starting with /, without {, }, ?, # or spaces), got %q", s.path)}
+	if mb < 1 {
+		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "max_body_bytes", Msg: fmt.Sprintf("must be at least 1, got %d", mb)}
+	}
+	if !strings.HasPrefix(s.path, "/") || strings.ContainsAny(s.path, "{} \t?#") || cleanPath(s.path) != s.path {
+		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "path", Msg: fmt.Sprintf("want a clean URL path such as /ingest (starting with /; no //, /./ or /../; no {, }, ?, # or spaces), got %q", s.path)}
 	}
 	if s.split != "lines" && s.split != "body" {
 		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "split", Msg: fmt.Sprintf("want lines or body, got %q", s.split)}
@@ -113,6 +117,17 @@ func (s *HTTPSource) configure(ic flowlet.InitContext) error {
 		return fmt.Errorf("http_source %q: instances must be 1 (one listener)", ic.Name)
 	}
 	return nil
+}
+
+// cleanPath is p as ServeMux serves it: requests for an unclean path
+// ("/a//b", "/a/./b") are redirected to the clean one, so an unclean
+// configured path could never be reached.
+func cleanPath(p string) string {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
 }
 
 // Addr is the address the endpoint listens on.

@@ -79,6 +79,9 @@ func (s *FileSink) configure(ic flowlet.InitContext) error {
 	if s.path, err = c.String("path", ""); err != nil {
 		return err
 	}
+	if s.path == "" {
+		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "path", Msg: "must not be empty"}
+	}
 	if s.fsync, err = c.Bool("fsync", true); err != nil {
 		return err
 	}
