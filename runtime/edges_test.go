@@ -387,3 +387,39 @@ connections:
 		t.Fatalf("out.txt: %d lines, %v; want 20", strings.Count(string(b), "\n"), err)
 	}
 }
+
+// A file_sink appends to a file that already holds data (it does not take
+// the data for its own unfinished publish and cut it off), and a second app
+// writing the same file fails to start while the first holds it.
+func TestFileSinkKeepsExistingDataAndLocks(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.txt")
+	if err := os.WriteFile(out, []byte("precious 1\nprecious 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	app := `
+app: t
+flowlets:
+  gen: {type: generator, config: {count: 3}}
+  out: {type: file_sink, config: {path: ` + out + `}}
+connections:
+  - {from: gen, to: out}
+`
+	a := runDrain(t, dir, app, runtime.Options{NoSync: true})
+	b, err := os.ReadFile(out)
+	if err != nil || string(b) != "precious 1\nprecious 2\nevent 0\nevent 1\nevent 2\n" {
+		t.Fatalf("out.txt = %q, %v; want the old lines, then the events", b, err)
+	}
+	// a is open (its sink holds the file): another app on the same file.
+	other := filepath.Join(t.TempDir(), "data")
+	_, err = runtime.Open(plan(t, t.TempDir(), app), runtime.Options{NoSync: true, DataDir: other})
+	if err == nil || !strings.Contains(err.Error(), "is being written by another running app") {
+		t.Fatalf("second app on the same file: %v, want the lock error", err)
+	}
+	a.Close()
+	// Closed, the file is free; a restart of the first app appends nothing twice.
+	runDrain(t, dir, app, runtime.Options{NoSync: true}).Close()
+	if b, _ := os.ReadFile(out); strings.Count(string(b), "\n") != 5 {
+		t.Fatalf("after a restart: %q", b)
+	}
+}

@@ -3,10 +3,13 @@ package builtin
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/flowrun/flowrun/flowlet"
 )
@@ -28,7 +31,10 @@ func init() {
 // the file, syncs it, and in a second transaction deletes them from the
 // outbox and records the new file size. If the process dies between the
 // append and that commit, the next Publish truncates the file to the
-// recorded size and appends the same records again.
+// recorded size and appends the same records again. A file that already
+// holds data when the sink first publishes on a store keeps it: the sink
+// records that size (in a commit of its own) and appends after it. The
+// file is locked (flock) while the app runs: one writer per file.
 type FileSink struct {
 	path  string
 	abs   string // path made absolute: recorded with the committed size
@@ -62,6 +68,16 @@ func (s *FileSink) Init(ic flowlet.InitContext) error {
 	s.f, err = os.OpenFile(s.path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return fmt.Errorf("file_sink %q: cannot open output file: %w", ic.Name, err)
+	}
+	// One writer per file: a second app (or run) appending to it would
+	// take the other's bytes for an unfinished publish and cut them off.
+	if err := unix.Flock(int(s.f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		s.f.Close()
+		s.f = nil
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("file_sink %q: %s is being written by another running app (it holds the file's lock); give each app its own file", ic.Name, s.path)
+		}
+		return fmt.Errorf("file_sink %q: lock %s: %w", ic.Name, s.path, err)
 	}
 	s.w = bufio.NewWriterSize(s.f, 256<<10)
 	return nil
@@ -149,6 +165,22 @@ func (s *FileSink) Publish(ctx flowlet.Context) error {
 	var flushed, off uint64
 	if ok && len(v) == 16 {
 		flushed, off = binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:])
+	}
+	if !ok {
+		// The sink's first publish on this store: what the file holds is
+		// someone else's and stays (the sink appends). Its size is
+		// recorded, and committed, before anything is written: once the
+		// sink wrote, unrecorded bytes are its own, to be cut off.
+		fi, err := s.f.Stat()
+		if err != nil {
+			return err
+		}
+		if fi.Size() > 0 {
+			if err := meta.Put(pathKey, []byte(s.abs)); err != nil {
+				return err
+			}
+			return meta.Put(flushedKey, binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, 0), uint64(fi.Size())))
+		}
 	}
 	prev, pathOK, err := meta.Get(pathKey)
 	if err != nil {
