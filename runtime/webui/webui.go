@@ -16,7 +16,11 @@ func Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /ui/", http.StripPrefix("/ui/", files))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:")
+		// frame-ancestors/X-Frame-Options: no other page may frame the UI
+		// and trick a click on Scale, Pause or Replay (default-src does
+		// not cover framing).
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+		w.Header().Set("X-Frame-Options", "DENY")
 		http.ServeFileFS(w, r, sub, "index.html")
 	})
 	return mux
