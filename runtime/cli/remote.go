@@ -57,7 +57,27 @@ func (g *globals) client(appArg string, r *remote) (*httpapi.Client, error) {
 	if info.TokenRequired && token == "" {
 		return nil, &exitError{ExitFailure, fmt.Errorf("app %q requires a bearer token: pass --token or set %s", ref.name, httpapi.TokenEnv)}
 	}
-	return &httpapi.Client{URL: info.URL, Token: token}, nil
+	// http.json outlives a run killed with -9, and its address may serve
+	// another app since: check that the run is alive and is this app.
+	notRunning := func(why string) error {
+		return &exitError{ExitFailure, fmt.Errorf("app %q is not running: %s (%s is left from a run that ended)", ref.name, why, filepath.Join(dir, httpapi.AddrFile))}
+	}
+	if info.PID > 0 && !processAlive(info.PID) {
+		return nil, notRunning(fmt.Sprintf("process %d is gone", info.PID))
+	}
+	cl := &httpapi.Client{URL: info.URL, Token: token}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if st, err := cl.Status(ctx); err == nil && st.App != ref.name {
+		return nil, notRunning(fmt.Sprintf("%s serves app %q now", info.URL, st.App))
+	}
+	return cl, nil
+}
+
+// processAlive reports whether a process with this id exists.
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 func remoteErr(c *httpapi.Client, err error) error {

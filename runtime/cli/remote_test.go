@@ -1,11 +1,15 @@
 package cli
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/flowrun/flowrun/runtime/httpapi"
 )
 
 // top ends with exit 0 when the app it watched stops (its address refuses
@@ -47,5 +51,46 @@ func TestScaleOutput(t *testing.T) {
 	code, out := runCLI(t, "scale", "app", "parser", "1", "--addr", srv.URL)
 	if code != 0 || out != "parser: 2 → 1 instance\n" {
 		t.Fatalf("scale: exit %d\n%q", code, out)
+	}
+}
+
+// A data directory's http.json left by a run killed with -9 does not send
+// status or scale to whatever serves its address now: the process is gone,
+// or the address serves another app.
+func TestStaleAddrFile(t *testing.T) {
+	t.Setenv("FLOWRUN_HTTP_TOKEN", "")
+	var scaled atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			scaled.Add(1)
+		}
+		w.Write([]byte(`{"app": "other", "ready": true}`))
+	}))
+	defer srv.Close()
+	data := t.TempDir()
+	write := func(pid int) {
+		t.Helper()
+		if err := httpapi.WriteAddrFile(data, httpapi.AddrInfo{URL: srv.URL, PID: pid, App: "live"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const dead = 1<<22 + 1 // above Linux's largest pid_max: never a process
+	for _, c := range []struct {
+		pid  int
+		want string
+	}{
+		{dead, fmt.Sprintf("process %d is gone", dead)},
+		{os.Getpid(), srv.URL + ` serves app "other" now`},
+	} {
+		write(c.pid)
+		for _, args := range [][]string{{"status", "live"}, {"scale", "live", "parser", "3"}} {
+			code, out := runCLI(t, append(args, "--data", data)...)
+			if code != ExitFailure || !strings.Contains(out, `app "live" is not running: `+c.want) {
+				t.Errorf("%v with a stale http.json (pid %d): exit %d\n%s", args, c.pid, code, out)
+			}
+		}
+	}
+	if n := scaled.Load(); n != 0 {
+		t.Errorf("%d scale requests reached the other app", n)
 	}
 }
