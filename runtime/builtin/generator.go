@@ -43,7 +43,8 @@ type Generator struct {
 	layoutChecked bool
 
 	started   time.Time
-	startDone int64 // emitted (committed) when this run started
+	startDone int64            // emitted (committed) when this run started
+	clock     func() time.Time // time.Now; tests set it
 }
 
 type keyTemplate struct {
@@ -150,11 +151,21 @@ func (g *Generator) Generate(ctx flowlet.Context) error {
 	}
 	if g.rate > 0 {
 		now := time.Now()
+		if g.clock != nil {
+			now = g.clock()
+		}
 		if g.started.IsZero() {
 			g.started, g.startDone = now, k
 		}
 		perInst := g.rate / float64(g.n)
 		allowed := int64(perInst*now.Sub(g.started).Seconds()) - (k - g.startDone) + 1
+		// Behind schedule (paused, held back by back-pressure, a slow
+		// step): the schedule restarts rather than catch up at once, so
+		// at most a second's worth (or a batch) goes out in a burst.
+		if burst := max(int64(perInst), int64(g.batch)); allowed > burst {
+			g.started = now.Add(-time.Duration(float64(burst-1) / perInst * float64(time.Second)))
+			g.startDone, allowed = k, burst
+		}
 		if allowed <= 0 {
 			wait := time.Duration(float64(-allowed+1) / perInst * float64(time.Second))
 			wait = min(wait, 100*time.Millisecond)

@@ -1,0 +1,57 @@
+package builtin
+
+import (
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/flowlet/flowlettest"
+)
+
+// A rate-limited generator that fell behind (paused for 10 s) sends at most
+// a second's worth at once, then keeps its rate; a user saw 10 s worth of a
+// rate: 100 generator come out in half a second after a resume.
+func TestGeneratorRateAfterPause(t *testing.T) {
+	ctx := flowlettest.New("gen")
+	g := &Generator{}
+	if err := ctx.Init(g, map[string]any{"rate": 100, "batch": 10}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_000_000, 0)
+	g.clock = func() time.Time { return now }
+	// drain runs steps at the current (fake) time until one emits nothing,
+	// and returns how many events went out.
+	drain := func() int {
+		t.Helper()
+		total := 0
+		for {
+			before := len(ctx.Emitted())
+			if err := ctx.Generate(g); err != nil {
+				t.Fatal(err)
+			}
+			n := len(ctx.Emitted()) - before
+			if n == 0 {
+				return total
+			}
+			total += n
+		}
+	}
+	if n := drain(); n != 1 {
+		t.Fatalf("at the start: %d events, want 1", n)
+	}
+	now = now.Add(time.Second)
+	if n := drain(); n < 95 || n > 105 {
+		t.Fatalf("after 1 s at rate 100: %d events", n)
+	}
+	now = now.Add(10 * time.Second) // paused
+	if n := drain(); n > 100 {
+		t.Fatalf("after a 10 s pause: %d events at once, want at most a second's worth (100)", n)
+	}
+	total := 0
+	for range 20 { // 2 s of steps every 100 ms
+		now = now.Add(100 * time.Millisecond)
+		total += drain()
+	}
+	if total < 190 || total > 210 {
+		t.Fatalf("2 s after the burst: %d events, want the rate (200)", total)
+	}
+}
