@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"sort"
 	"strconv"
@@ -358,9 +359,9 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var evs []runtime.IngestEvent
-	ct := r.Header.Get("Content-Type")
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")) // lower-cased
 	switch {
-	case strings.HasPrefix(ct, "application/json"):
+	case ct == "application/json":
 		var req IngestRequest
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()

@@ -70,14 +70,18 @@ func IsLoopback(addr string) bool {
 	if err != nil {
 		host = addr
 	}
-	if host == "localhost" {
+	if strings.EqualFold(host, "localhost") { // host names are case-insensitive
 		return true
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
 
-// CheckConfig refuses a non-loopback address without a token.
+// MinTokenLen is the shortest bearer token the server accepts.
+const MinTokenLen = 8
+
+// CheckConfig refuses a non-loopback address without a token, and a token
+// that guards nothing (blank, padded or shorter than MinTokenLen).
 func CheckConfig(cfg Config) error {
 	addr := cfg.Addr
 	if addr == "" {
@@ -88,6 +92,9 @@ func CheckConfig(cfg Config) error {
 	}
 	if !IsLoopback(addr) && cfg.Token == "" {
 		return fmt.Errorf("%w: %s", ErrTokenRequired, addr)
+	}
+	if cfg.Token != "" && (strings.TrimSpace(cfg.Token) != cfg.Token || len(cfg.Token) < MinTokenLen) {
+		return fmt.Errorf("http token: want at least %d characters without leading or trailing spaces (a blank or short token guards nothing)", MinTokenLen)
 	}
 	return nil
 }
@@ -268,7 +275,7 @@ func loopbackHost(hostport string) bool {
 		host = hostport
 	}
 	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if host == "localhost" {
+	if strings.EqualFold(host, "localhost") {
 		return true
 	}
 	ip := net.ParseIP(host)

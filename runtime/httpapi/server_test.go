@@ -133,7 +133,10 @@ func TestAddressNeedsTokenOffLoopback(t *testing.T) {
 		{"[::]:0", "", false},
 		{"192.0.2.1:80", "", false},
 		{"example.com:80", "", false},
-		{"0.0.0.0:0", "s3cret", true},
+		{"0.0.0.0:0", "s3cret-token", true},
+		{"0.0.0.0:0", " ", false},             // blank
+		{"0.0.0.0:0", "s3cret", false},        // shorter than MinTokenLen
+		{"127.0.0.1:0", " pad-token ", false}, // padded: a copy-paste slip
 		{"no-port", "", false},
 	} {
 		err := httpapi.CheckConfig(httpapi.Config{Addr: c.addr, Token: c.token})
@@ -207,6 +210,16 @@ func TestLoopbackWithoutToken(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("foreign Host: %d, want 403", resp.StatusCode)
+	}
+	// Host names are case-insensitive.
+	req, _ = http.NewRequest("GET", ts.URL+"/api/v1/status", nil)
+	req.Host = "LOCALHOST:80"
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("Host LOCALHOST: %d, want 200", resp.StatusCode)
 	}
 	// Cross-origin writes.
 	req, _ = http.NewRequest("POST", ts.URL+"/api/v1/flowlets/cnt/pause", nil)
@@ -352,6 +365,15 @@ func TestAPI(t *testing.T) {
 	}
 	if code, b := do(t, "POST", u+"/api/v1/ingest/cnt?input=gen.out", "", `{"events": [{"payload": "nokey"}]}`); code != 400 {
 		t.Errorf("ingest without the queue's key: %d %s", code, b)
+	}
+	// Media types are case-insensitive and may carry parameters: still
+	// JSON (it was stored as one text event).
+	req, _ := http.NewRequest("POST", u+"/api/v1/ingest/cnt?input=gen.out", strings.NewReader(`{"events": [{"payload": "nokey"}]}`))
+	req.Header.Set("Content-Type", "Application/JSON; charset=utf-8")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 400 {
+		t.Errorf("ingest with Content-Type Application/JSON: %v %v, want 400 (read as JSON: no key)", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	if code, b := do(t, "POST", u+"/api/v1/ingest/cnt", "", "x\n"); code != 400 {
 		t.Errorf("ingest to a flowlet with two inputs without ?input: %d %s", code, b)
