@@ -89,7 +89,7 @@ type DeadLetter struct {
 	// Time is when it was dead-lettered.
 	Time time.Time `json:"time"`
 	// Keys are the partition keys the event carried.
-	Keys []flowlet.KeyValue `json:"keys,omitempty"`
+	Keys KeyList `json:"keys,omitempty"`
 	// EventTime and TraceID are the event's headers.
 	EventTime time.Time `json:"event_time,omitzero"`
 	TraceID   string    `json:"trace_id,omitempty"`

@@ -56,13 +56,13 @@ func (s *Store) Queues() ([]queue.QueueInfo, error) { return s.st.queues.List() 
 
 // QueueEntry is a stored queue entry, decoded.
 type QueueEntry struct {
-	ID        string             `json:"id"`
-	Queue     string             `json:"queue"`
-	Enqueued  time.Time          `json:"enqueued"`
-	Keys      []flowlet.KeyValue `json:"keys,omitempty"`
-	EventTime time.Time          `json:"event_time,omitzero"`
-	TraceID   string             `json:"trace_id,omitempty"`
-	Payload   []byte             `json:"-"`
+	ID        string    `json:"id"`
+	Queue     string    `json:"queue"`
+	Enqueued  time.Time `json:"enqueued"`
+	Keys      KeyList   `json:"keys,omitempty"`
+	EventTime time.Time `json:"event_time,omitzero"`
+	TraceID   string    `json:"trace_id,omitempty"`
+	Payload   []byte    `json:"-"`
 	// Dead is set for entries of a dead-letter queue.
 	Dead *DeadLetter `json:"-"`
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"sort"
 	"time"
 	"unicode/utf8"
@@ -147,12 +148,12 @@ func (s *Store) QueueList() ([]QueueJSON, error) {
 
 // EntryJSON is one stored queue entry.
 type EntryJSON struct {
-	ID        string             `json:"id"`
-	Enqueued  time.Time          `json:"enqueued"`
-	Keys      []flowlet.KeyValue `json:"keys,omitempty"`
-	EventTime *time.Time         `json:"event_time,omitempty"`
-	TraceID   string             `json:"trace_id,omitempty"`
-	Payload   Bytes              `json:"payload"`
+	ID        string     `json:"id"`
+	Enqueued  time.Time  `json:"enqueued"`
+	Keys      KeyList    `json:"keys,omitempty"`
+	EventTime *time.Time `json:"event_time,omitempty"`
+	TraceID   string     `json:"trace_id,omitempty"`
+	Payload   Bytes      `json:"payload"`
 }
 
 // Tail returns the newest n (0 = all) stored entries of a queue, oldest
@@ -220,4 +221,47 @@ func (s *Store) DLQFlowlets() ([]string, error) {
 		}
 	}
 	return fls, nil
+}
+
+// KeyList is an event's partition keys. Its JSON is an object of key name
+// to value ({"path": "/a"}), in the keys' order, as ingest takes them.
+type KeyList []flowlet.KeyValue
+
+// MarshalJSON writes {"name": "value", ...}.
+func (l KeyList) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for i, kv := range l {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		k, err := json.Marshal(kv.Name)
+		if err != nil {
+			return nil, err
+		}
+		v, err := json.Marshal(kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(append(b, k...), ':'), v...)
+	}
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON reads an object of key name to value (sorted by name: JSON
+// objects have no order).
+func (l *KeyList) UnmarshalJSON(b []byte) error {
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	*l = (*l)[:0]
+	for _, k := range names {
+		*l = append(*l, flowlet.KeyValue{Name: k, Value: m[k]})
+	}
+	return nil
 }

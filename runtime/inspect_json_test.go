@@ -20,7 +20,7 @@ func TestInspectJSONFormats(t *testing.T) {
 		want string
 	}{
 		{runtime.DeadLetterJSON{DeadLetter: d, Payload: runtime.NewBytes(d.Payload)},
-			`{"flowlet":"parser","input":"reader.out","event_id":"5/0/88.0.3","error":"malformed line","attempts":1,"time":"2026-11-21T10:00:00Z","keys":[{"Name":"ip","Value":"1.2.3.4"}],"event_time":"2026-11-21T10:00:00Z","trace_id":"t1","payload":{"text":"garbage"}}`},
+			`{"flowlet":"parser","input":"reader.out","event_id":"5/0/88.0.3","error":"malformed line","attempts":1,"time":"2026-11-21T10:00:00Z","keys":{"ip":"1.2.3.4"},"event_time":"2026-11-21T10:00:00Z","trace_id":"t1","payload":{"text":"garbage"}}`},
 		{runtime.DeadLetterJSON{DeadLetter: runtime.DeadLetter{Flowlet: "p", Time: at}, Payload: runtime.NewBytes([]byte{0xff})},
 			`{"flowlet":"p","input":"","event_id":"","error":"","attempts":0,"time":"2026-11-21T10:00:00Z","payload":{"base64":"/w=="}}`},
 		{runtime.EntryJSON{ID: "3/0/1042.0.7", Enqueued: at, Payload: runtime.NewBytes([]byte("x"))},
@@ -35,5 +35,24 @@ func TestInspectJSONFormats(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"flowlet":"p","payload":{"base64":"/w=="}}`), &back); err != nil ||
 		back.Flowlet != "p" || string(back.Payload.Raw()) != "\xff" {
 		t.Errorf("decoded %+v (%v)", back, err)
+	}
+}
+
+// Keys are an object of name to value, the shape ingest takes, both ways.
+func TestKeyListJSON(t *testing.T) {
+	in := runtime.KeyList{{Name: "path", Value: "/a"}, {Name: "ip", Value: "1.2.3.4"}}
+	b, err := json.Marshal(in)
+	if err != nil || string(b) != `{"path":"/a","ip":"1.2.3.4"}` {
+		t.Fatalf("marshal: %s %v", b, err)
+	}
+	var out runtime.KeyList
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 2 || out[0] != in[1] || out[1] != in[0] {
+		t.Fatalf("unmarshal: %+v, want the keys sorted by name", out)
+	}
+	if b, _ := json.Marshal(runtime.KeyList(nil)); string(b) != "{}" {
+		t.Errorf("no keys: %s", b)
 	}
 }
