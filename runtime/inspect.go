@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -67,13 +69,75 @@ type QueueEntry struct {
 	Dead *DeadLetter `json:"-"`
 }
 
+// QueueSelect narrows a queue scan as HQueue's scanners do: some
+// partitions, a range of entry ids by the producing transaction's write
+// pointer (the middle number of an id "partition/priority/pointer.chunk.
+// index"), a range of enqueue times. Bounds are inclusive; the zero value
+// selects everything.
+type QueueSelect struct {
+	Partitions   []int
+	From, To     uint64 // To 0: no bound
+	Since, Until time.Time
+}
+
+// ParsePointer reads a QueueSelect bound: an entry id as printed
+// ("partition/priority/pointer.chunk.index") or a bare write pointer; ""
+// is 0 (no bound).
+func ParsePointer(v string) (uint64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	p := v
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		p = p[i+1:]
+	}
+	p, _, _ = strings.Cut(p, ".")
+	n, err := strconv.ParseUint(p, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("want an entry id such as 3/0/1042.0.7 or a write pointer such as 1042, not %q", v)
+	}
+	return n, nil
+}
+
+// ParseInstant reads a QueueSelect time bound: RFC 3339, or a duration
+// before now ("10m"); "" is the zero time (no bound).
+func ParseInstant(v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("want a time such as 2026-11-21T10:00:00Z or a duration ago such as 10m, not %q", v)
+}
+
 // Scan calls fn for up to limit (0 = all) committed entries of a queue that
 // are still stored (consumed entries are evicted in the background), in
 // partition order.
 func (s *Store) Scan(queueName, keyName string, limit int, fn func(QueueEntry) bool) error {
+	return s.ScanSelect(queueName, keyName, limit, QueueSelect{}, fn)
+}
+
+// ScanSelect is Scan of the entries sel selects.
+func (s *Store) ScanSelect(queueName, keyName string, limit int, sel QueueSelect, fn func(QueueEntry) bool) error {
+	if len(sel.Partitions) > 0 {
+		info, err := s.st.queues.Info(queueName)
+		if err != nil {
+			return err
+		}
+		for _, p := range sel.Partitions {
+			if p < 0 || p >= info.Config.Partitions {
+				return fmt.Errorf("%w: queue %s has partitions 0 to %d, not %d", ErrBadRequest, queueName, info.Config.Partitions-1, p)
+			}
+		}
+	}
 	dead := isDLQ(queueName)
 	var derr error
-	err := s.st.queues.Scan(queueName, queue.ScanOptions{Limit: limit}, func(e queue.Entry) bool {
+	opts := queue.ScanOptions{Limit: limit, Partitions: sel.Partitions, From: sel.From, To: sel.To, Since: sel.Since, Until: sel.Until}
+	err := s.st.queues.Scan(queueName, opts, func(e queue.Entry) bool {
 		qe := QueueEntry{ID: e.ID.String(), Queue: queueName, Enqueued: e.Enqueued, EventTime: e.EventTime, TraceID: e.TraceID}
 		if dead {
 			d, err := decodeDeadLetter(flowletOfQueue(queueName), e.Payload)

@@ -160,8 +160,13 @@ type EntryJSON struct {
 // first, by enqueue time. It reads up to maxScan entries (0 = all), in
 // partition order (see Scan); keyName names the queue's partition key.
 func (s *Store) Tail(queueName, keyName string, n, maxScan int) ([]EntryJSON, error) {
+	return s.TailSelect(queueName, keyName, n, maxScan, QueueSelect{})
+}
+
+// TailSelect is Tail of the entries sel selects.
+func (s *Store) TailSelect(queueName, keyName string, n, maxScan int, sel QueueSelect) ([]EntryJSON, error) {
 	var es []QueueEntry
-	err := s.Scan(queueName, keyName, maxScan, func(e QueueEntry) bool {
+	err := s.ScanSelect(queueName, keyName, maxScan, sel, func(e QueueEntry) bool {
 		e.Payload = append([]byte(nil), e.Payload...)
 		es = append(es, e)
 		return true

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -433,12 +434,29 @@ func (g *globals) queueCmd() *cobra.Command {
 		},
 	}
 	var n int
+	var parts []int
+	var from, to, since, until string
 	tail := &cobra.Command{
 		Use:   "tail APP QUEUE",
-		Short: "show stored entries of a queue (committed, not yet evicted)",
+		Short: "show stored entries of a queue (committed, not yet evicted), optionally of some partitions, an id range or a time range",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkCount(cmd, "lines", n); err != nil {
+				return err
+			}
+			sel := runtime.QueueSelect{Partitions: parts}
+			var err error
+			if sel.From, err = entryPointer("from", from); err != nil {
+				return err
+			}
+			if sel.To, err = entryPointer("to", to); err != nil {
+				return err
+			}
+			now := time.Now()
+			if sel.Since, err = instant("since", since, now); err != nil {
+				return err
+			}
+			if sel.Until, err = instant("until", until, now); err != nil {
 				return err
 			}
 			ref, s, err := g.openApp(args[0])
@@ -452,7 +470,7 @@ func (g *globals) queueCmd() *cobra.Command {
 					key = q.Key
 				}
 			}
-			es, err := s.Tail(args[1], key, n, 0)
+			es, err := s.TailSelect(args[1], key, n, 0, sel)
 			if err != nil {
 				return &exitError{ExitFailure, err}
 			}
@@ -470,6 +488,11 @@ func (g *globals) queueCmd() *cobra.Command {
 		},
 	}
 	tail.Flags().IntVarP(&n, "lines", "n", 10, "show the last n entries (0 = all)")
+	tail.Flags().IntSliceVar(&parts, "partition", nil, "only these partitions (repeat or comma-separate)")
+	tail.Flags().StringVar(&from, "from", "", "only entries at or after this id (an id as printed, or its write pointer)")
+	tail.Flags().StringVar(&to, "to", "", "only entries at or before this id (an id as printed, or its write pointer)")
+	tail.Flags().StringVar(&since, "since", "", "only entries enqueued at or after this time (RFC 3339, or a duration ago such as 10m)")
+	tail.Flags().StringVar(&until, "until", "", "only entries enqueued at or before this time (RFC 3339, or a duration ago)")
 	g.addJSON(ls)
 	g.addJSON(tail)
 	c.AddCommand(ls, tail)
@@ -567,4 +590,22 @@ func (g *globals) dlqCmd() *cobra.Command {
 	g.addJSON(replay)
 	c.AddCommand(ls, replay)
 	return c
+}
+
+// entryPointer reads --from/--to (runtime.ParsePointer).
+func entryPointer(flag, v string) (uint64, error) {
+	n, err := runtime.ParsePointer(v)
+	if err != nil {
+		return 0, &exitError{ExitUsage, fmt.Errorf("--%s: %w", flag, err)}
+	}
+	return n, nil
+}
+
+// instant reads --since/--until (runtime.ParseInstant).
+func instant(flag, v string, now time.Time) (time.Time, error) {
+	t, err := runtime.ParseInstant(v, now)
+	if err != nil {
+		return time.Time{}, &exitError{ExitUsage, fmt.Errorf("--%s: %w", flag, err)}
+	}
+	return t, nil
 }

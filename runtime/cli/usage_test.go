@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Bad flag values are a bad command line (exit 2) naming the flag, checked
@@ -24,6 +25,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--drain", "--progress", "always", "--progress-interval", "0", app}, "--progress-interval must be positive"},
 		{[]string{"run", "--progress", "sometimes", app}, `--progress must be auto, always or never, not "sometimes"`},
 		{[]string{"queue", "tail", "x", "q", "-n", "-1"}, "-n/--lines must be 0 or more, not -1"},
+		{[]string{"queue", "tail", "x", "q", "--from", "abc"}, `--from: want an entry id such as 3/0/1042.0.7 or a write pointer such as 1042, not "abc"`},
+		{[]string{"queue", "tail", "x", "q", "--since", "yesterday"}, `--since: want a time such as 2026-11-21T10:00:00Z or a duration ago such as 10m, not "yesterday"`},
 		{[]string{"state", "scan", "x", "f", "-n", "-1"}, "-n/--limit must be 0 or more, not -1"},
 		{[]string{"dlq", "ls", "x", "-n", "-1"}, "-n/--limit must be 0 or more, not -1"},
 		{[]string{"plan", "--dot", "--json", app}, "[dot json] were all set"},
@@ -49,5 +52,21 @@ connections:
 	code, out := runCLI(t, "run", "--drain", "--json", "--progress", "never", "--http", "off", "--data", filepath.Join(dir, "data"), app)
 	if want := `flowlet "out" (stdout_sink)`; code != ExitUsage || !strings.Contains(out, want) || strings.Contains(out, `"app"`) {
 		t.Fatalf("run --json with a stdout_sink: exit %d, want %d and %q\n%s", code, ExitUsage, want, out)
+	}
+}
+
+// --from/--to take an id as printed or a bare write pointer; --since/--until
+// a time or a duration ago.
+func TestTailSelectionFlags(t *testing.T) {
+	for v, want := range map[string]uint64{"": 0, "1042": 1042, "3/0/1042.0.7": 1042} {
+		if got, err := entryPointer("from", v); err != nil || got != want {
+			t.Errorf("entryPointer(%q) = %d, %v; want %d", v, got, err, want)
+		}
+	}
+	now := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	for v, want := range map[string]time.Time{"": {}, "10m": now.Add(-10 * time.Minute), "2026-11-21T09:00:00Z": now.Add(-time.Hour)} {
+		if got, err := instant("since", v, now); err != nil || !got.Equal(want) {
+			t.Errorf("instant(%q) = %v, %v; want %v", v, got, err, want)
+		}
 	}
 }

@@ -258,7 +258,12 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 	if q := s.a.Plan().Queue(qn); q != nil {
 		key = q.Key
 	}
-	out, err := s.a.Inspect().Tail(qn, key, n, maxTailScan)
+	sel, err := queueSelect(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	out, err := s.a.Inspect().TailSelect(qn, key, n, maxTailScan, sel)
 	if err != nil {
 		fail(w, err)
 		return
@@ -412,4 +417,36 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, 200, IngestResponse{Accepted: n})
+}
+
+// queueSelect reads tail's selection: partition (repeated or
+// comma-separated), from, to (entry ids or write pointers), since, until
+// (RFC 3339 or a duration ago).
+func queueSelect(r *http.Request) (runtime.QueueSelect, error) {
+	q := r.URL.Query()
+	var sel runtime.QueueSelect
+	for _, v := range q["partition"] {
+		for _, p := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(p))
+			if err != nil {
+				return sel, fmt.Errorf("partition: want a number, not %q", p)
+			}
+			sel.Partitions = append(sel.Partitions, n)
+		}
+	}
+	var err error
+	if sel.From, err = runtime.ParsePointer(q.Get("from")); err != nil {
+		return sel, fmt.Errorf("from: %w", err)
+	}
+	if sel.To, err = runtime.ParsePointer(q.Get("to")); err != nil {
+		return sel, fmt.Errorf("to: %w", err)
+	}
+	now := time.Now()
+	if sel.Since, err = runtime.ParseInstant(q.Get("since"), now); err != nil {
+		return sel, fmt.Errorf("since: %w", err)
+	}
+	if sel.Until, err = runtime.ParseInstant(q.Get("until"), now); err != nil {
+		return sel, fmt.Errorf("until: %w", err)
+	}
+	return sel, nil
 }

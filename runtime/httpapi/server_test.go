@@ -295,6 +295,22 @@ func TestAPI(t *testing.T) {
 		t.Error("pprof served without Config.Pprof")
 	}
 
+	// Tail selections: bad ones are 400s.
+	for _, c := range []struct {
+		query string
+		code  int
+	}{
+		{"?partition=0,1&from=1&since=1h", 200},
+		{"?partition=x", 400},
+		{"?partition=99", 400},
+		{"?from=abc", 400},
+		{"?until=yesterday", 400},
+	} {
+		if code, b := do(t, "GET", u+"/api/v1/queues/gen.out/tail"+c.query, "", ""); code != c.code {
+			t.Errorf("tail%s: %d %s, want %d", c.query, code, b, c.code)
+		}
+	}
+
 	// A known path with the wrong method is a 405, an unknown one a 404.
 	for _, c := range []struct {
 		method, path string
