@@ -193,7 +193,8 @@ func (g *Generator) Generate(ctx flowlet.Context) error {
 	return putU64(t, key, uint64(k+n))
 }
 
-// template is a string with {seq}, {instance} and {mod:N} placeholders.
+// template is a string with {seq}, {instance} and {mod:N} placeholders;
+// "{{" and "}}" are literal braces (for JSON payloads).
 type template []tpart
 
 type tpart struct {
@@ -204,15 +205,24 @@ type tpart struct {
 
 func parseTemplate(s string) (template, error) {
 	var t template
+	lit := func(l string) { // "}}" is a literal "}"
+		if l != "" {
+			t = append(t, tpart{lit: strings.ReplaceAll(l, "}}", "}")})
+		}
+	}
 	for len(s) > 0 {
 		i := strings.IndexByte(s, '{')
 		if i < 0 {
-			t = append(t, tpart{lit: s})
+			lit(s)
 			break
 		}
-		if i > 0 {
-			t = append(t, tpart{lit: s[:i]})
+		if strings.HasPrefix(s[i:], "{{") { // a literal "{"
+			lit(s[:i])
+			t = append(t, tpart{lit: "{"})
+			s = s[i+2:]
+			continue
 		}
+		lit(s[:i])
 		j := strings.IndexByte(s[i:], '}')
 		if j < 0 {
 			return nil, fmt.Errorf("unterminated { in %q", s)

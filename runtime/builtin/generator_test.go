@@ -55,3 +55,17 @@ func TestGeneratorRateAfterPause(t *testing.T) {
 		t.Fatalf("2 s after the burst: %d events, want the rate (200)", total)
 	}
 }
+
+// "{{" and "}}" are literal braces, so a payload can be JSON.
+func TestGeneratorTemplateBraces(t *testing.T) {
+	tp, err := parseTemplate(`{{"n": {seq}, "m": {mod:3}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(tp.expand(nil, 7, 0)); got != `{"n": 7, "m": 1}` {
+		t.Errorf("expanded %q", got)
+	}
+	if _, err := parseTemplate(`{"n": {seq}}`); err == nil {
+		t.Error(`a lone "{" before a non-placeholder must still be an error`)
+	}
+}
