@@ -21,7 +21,8 @@ func init() {
 // Generator emits events numbered 0, 1, 2, ... on "out". Instance i of n
 // emits the numbers i, i+n, i+2n, ... below count (0 = no end), so the app
 // emits each number exactly once. Templates replace {seq} with the number,
-// {instance} with the instance index and {mod:N} with the number modulo N.
+// {instance} with the instance index and {mod:N} with the number modulo N;
+// "{{" and "}}" are literal braces.
 // keys maps partition key names to templates (a hash connection needs its
 // key). rate limits events per second for the whole flowlet (0 = as fast as
 // possible). The count emitted so far commits with the events.
