@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // BuildError is a plugin package directory that did not build. Output is the
@@ -24,6 +26,9 @@ type BuildError struct {
 	Dir     string
 	Output  string
 	Err     error
+	// Hint says what to do about a known cause (a plugin outside any
+	// module, or one whose go.mod lacks flowrun).
+	Hint string
 }
 
 func (e *BuildError) Error() string {
@@ -31,7 +36,31 @@ func (e *BuildError) Error() string {
 	if out == "" {
 		out = e.Err.Error()
 	}
+	if e.Hint != "" {
+		out += "\n" + e.Hint
+	}
 	return fmt.Sprintf("flowlet %q: building plugin %s failed:\n%s", e.Flowlet, e.Dir, out)
+}
+
+// sdkModule is the module of the plugin SDK (package flowlet/plugin).
+const sdkModule = "github.com/flowrun/flowrun"
+
+// errNoModule is a plugin directory in no module: Go's own message
+// ("go.mod file not found") does not say what a plugin needs.
+var errNoModule = errors.New("no go.mod in the plugin's directory or a parent directory")
+
+// buildHint says how to set up a plugin's module when out (the go
+// command's output) or err shows that it is missing or lacks the SDK.
+func buildHint(dir, out string, err error) string {
+	fix := fmt.Sprintf("  go mod edit -require=%s@v0.0.0 -replace=%s=<path of a flowrun checkout>\n  go mod tidy", sdkModule, sdkModule)
+	switch {
+	case errors.Is(err, errNoModule):
+		name := filepath.Base(dir)
+		return fmt.Sprintf("a plugin package needs a Go module that requires flowrun; in %s run:\n  go mod init example.com/%s\n%s\n(specs/plugins.md, \"A plugin outside the repository\")", dir, name, fix)
+	case strings.Contains(out, "no required module provides package "+sdkModule+"/"):
+		return fmt.Sprintf("the plugin's go.mod does not require flowrun; in %s run:\n%s\n(specs/plugins.md, \"A plugin outside the repository\")", dir, fix)
+	}
+	return ""
 }
 
 func (e *BuildError) Unwrap() error { return e.Err }
@@ -60,8 +89,13 @@ func Resolve(path, appDir string) string {
 // list` and a `go env`; a miss runs `go build`.
 func Build(ctx context.Context, flowletName, dir string, opts Options) (string, error) {
 	opts.defaults()
+	log := opts.Logger.With("flowlet", flowletName, "dir", dir)
+	began := time.Now()
 	berr := func(out string, err error) error {
-		return &BuildError{Flowlet: flowletName, Dir: dir, Output: out, Err: err}
+		if ctx.Err() != nil {
+			out, err = "", fmt.Errorf("build interrupted: %w", ctx.Err())
+		}
+		return &BuildError{Flowlet: flowletName, Dir: dir, Output: out, Err: err, Hint: buildHint(dir, out, err)}
 	}
 	goBin, err := exec.LookPath(opts.GoCommand)
 	if err != nil {
@@ -78,8 +112,11 @@ func Build(ctx context.Context, flowletName, dir string, opts Options) (string, 
 	binDir := filepath.Join(opts.CacheDir, key[:32])
 	bin := filepath.Join(binDir, name)
 	if st, err := os.Stat(bin); err == nil && st.Mode().IsRegular() {
+		log.Debug("plugin build cache hit", "binary", bin, "cached", true, "duration", time.Since(began).Round(time.Millisecond))
 		return bin, nil
 	}
+	// A cold build (Go's own cache empty) takes tens of seconds: say so.
+	log.Info("building plugin", "cache", opts.CacheDir)
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return "", berr("", err)
 	}
@@ -88,19 +125,35 @@ func Build(ctx context.Context, flowletName, dir string, opts Options) (string, 
 	tmp := filepath.Join(binDir, "."+name+".tmp-"+hex.EncodeToString(rnd[:]))
 	args := append([]string{"build", "-o", tmp}, opts.BuildFlags...)
 	args = append(args, ".")
-	cmd := exec.CommandContext(ctx, goBin, args...)
-	cmd.Dir = dir
+	cmd := goCmd(ctx, goBin, dir, args...)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	if err := cmd.Run(); err != nil {
 		os.Remove(tmp)
-		return "", berr(buf.String(), err)
+		err = berr(buf.String(), err)
+		log.Info("plugin build failed", "cached", false, "duration", time.Since(began).Round(time.Millisecond))
+		return "", err
 	}
 	if err := os.Rename(tmp, bin); err != nil {
 		os.Remove(tmp)
 		return "", berr("", err)
 	}
+	log.Info("plugin built", "binary", bin, "cached", false, "duration", time.Since(began).Round(time.Millisecond))
 	return bin, nil
+}
+
+// goCmd is a go command that stops with ctx, children included: go build
+// runs the compilers and the linker as processes of their own, which would
+// run on (and hold the output pipe, so Wait) after the go command alone
+// was killed. It gets a process group, killed as a whole.
+func goCmd(ctx context.Context, goBin, dir string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, goBin, args...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
+	// Should something outside the group hold the pipe, Wait returns anyway.
+	cmd.WaitDelay = time.Second
+	return cmd
 }
 
 type listedPackage struct {
@@ -132,7 +185,11 @@ func sourceKey(ctx context.Context, goBin, dir string, flags []string) (key, out
 	}
 	fmt.Fprintf(h, "env %s\n", envOut)
 	lines := strings.Split(strings.TrimSpace(envOut), "\n")
-	if gomod := strings.TrimSpace(lines[len(lines)-1]); gomod != "" && gomod != os.DevNull {
+	gomod := strings.TrimSpace(lines[len(lines)-1])
+	if gomod == os.DevNull { // module mode, no go.mod
+		return "", "", errNoModule
+	}
+	if gomod != "" {
 		for _, f := range []string{gomod, strings.TrimSuffix(gomod, ".mod") + ".sum"} {
 			if err := hashFile(h, f); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return "", "", err
@@ -198,8 +255,7 @@ func hashFile(h io.Writer, path string) error {
 }
 
 func runGo(ctx context.Context, goBin, dir string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, goBin, args...)
-	cmd.Dir = dir
+	cmd := goCmd(ctx, goBin, dir, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

@@ -18,7 +18,8 @@ import (
 // Options configure how plugins are built and run. The zero value is usable.
 type Options struct {
 	// Logger receives the plugins' stderr (tagged with flowlet and
-	// instance) and restarts. Default: discard.
+	// instance), restarts and builds (Info when a build runs, Debug for a
+	// cache hit). Default: discard.
 	Logger *slog.Logger
 	// CacheDir holds built plugins. Default: flowrun/plugins in the user's
 	// cache directory (os.UserCacheDir), else in the temporary directory.
@@ -30,7 +31,8 @@ type Options struct {
 	// CallTimeout bounds every call into the plugin (Init, a step, Close).
 	// A plugin that exceeds it is killed and the call fails. Default: 30s.
 	CallTimeout time.Duration
-	// StartTimeout bounds the handshake of a starting plugin. Default: 30s.
+	// StartTimeout bounds the handshake of a starting plugin; the plugin's
+	// process group is killed then. Default: 30s.
 	StartTimeout time.Duration
 	// RestartBackoff is the wait before restarting a failed plugin,
 	// doubled for each further failure in a row up to MaxRestartBackoff.
@@ -114,7 +116,7 @@ func Open(ctx context.Context, flowletName, path, appDir string, opts Options) (
 		return nil, &StartError{Flowlet: flowletName, Path: path, Err: err}
 	}
 	p.opts.Env = append(append([]string(nil), p.opts.Env...), "PLUGIN_UNIX_SOCKET_DIR="+p.sockDir)
-	pr, err := p.start(0)
+	pr, err := p.start(ctx, 0)
 	if err != nil {
 		os.RemoveAll(p.sockDir)
 		return nil, err

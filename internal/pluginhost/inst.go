@@ -229,7 +229,7 @@ func (in *inst) ensure(ctx context.Context) (*proc, error) {
 	pr = in.p.takeSpare()
 	if pr == nil {
 		var err error
-		if pr, err = in.p.start(in.idx); err != nil {
+		if pr, err = in.p.start(ctx, in.idx); err != nil {
 			in.fails++
 			in.lastFail = time.Now()
 			return nil, err

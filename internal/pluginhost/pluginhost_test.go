@@ -460,16 +460,28 @@ func TestBuildCache(t *testing.T) {
 		}
 	}
 	abs, _ := filepath.Abs(dir)
-	o := options(t, nil)
+	var logs logBuf
+	o := options(t, &logs)
 	write("one")
 	b1, err := pluginhost.Build(context.Background(), "c", abs, o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A build says when it starts and how long it took, at Info.
+	if l := logs.String(); !strings.Contains(l, `level=INFO msg="building plugin" flowlet=c dir=`+abs+" cache="+o.CacheDir) ||
+		!strings.Contains(l, `level=INFO msg="plugin built" flowlet=c`) || !strings.Contains(l, "cached=false duration=") {
+		t.Errorf("build logs:\n%s", l)
+	}
+	logs = logBuf{}
 	st1, _ := os.Stat(b1)
 	b2, err := pluginhost.Build(context.Background(), "c", abs, o)
 	if err != nil || b2 != b1 {
 		t.Fatalf("unchanged sources: %v, %s vs %s", err, b1, b2)
+	}
+	// A cache hit, at Debug only.
+	if l := logs.String(); strings.Contains(l, "level=INFO") || !strings.Contains(l, `level=DEBUG msg="plugin build cache hit" flowlet=c`) ||
+		!strings.Contains(l, "cached=true") {
+		t.Errorf("cache hit logs:\n%s", l)
 	}
 	if st2, _ := os.Stat(b2); !st2.ModTime().Equal(st1.ModTime()) {
 		t.Error("unchanged sources were rebuilt")

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -32,7 +33,8 @@ type proc struct {
 	gp     *goplugin.Client
 	client pb.FlowletClient
 	broker *goplugin.GRPCBroker
-	pid    int
+	pid    int // also its process group's id
+	cancel context.CancelFunc
 	logs   *logWriter
 	hostID uint32 // broker id of the Host service, once served
 	host   *hostServer
@@ -158,10 +160,19 @@ func (hostPlugin) GRPCClient(_ context.Context, b *goplugin.GRPCBroker, c *grpc.
 }
 
 // start starts a process of the plugin for instance idx (for log tags).
-func (p *Plugin) start(idx int) (*proc, error) {
+// ctx bounds the start and handshake only, not the process's life.
+func (p *Plugin) start(ctx context.Context, idx int) (*proc, error) {
 	lw := newLogWriter(p.logger(idx))
-	cmd := exec.Command(p.bin)
+	// The process gets a group of its own, killed as a whole: a child of the
+	// plugin (a shell script's command, say) holds its stdout, and go-plugin
+	// waits for that pipe to close, also after a failed handshake. pctx
+	// exists only to kill the group while the handshake runs (cmd.Cancel,
+	// called by exec with cmd.Process set).
+	pctx, pcancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(pctx, p.bin)
 	cmd.Env = append(os.Environ(), p.opts.Env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
 	gp := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  plugin.Handshake,
 		Plugins:          goplugin.PluginSet{plugin.Name: hostPlugin{}},
@@ -180,23 +191,33 @@ func (p *Plugin) start(idx int) (*proc, error) {
 			grpc.WithWriteBufferSize(plugin.IOBufferSize), grpc.WithReadBufferSize(plugin.IOBufferSize),
 		},
 	})
-	rpc, err := gp.Client()
-	if err != nil {
+	fail := func(err error) (*proc, error) {
+		// cmd.Process was set (or not) by gp.Client, on this goroutine.
+		if cmd.Process != nil {
+			_ = killGroup(cmd.Process.Pid)
+		}
 		gp.Kill()
-		return nil, p.handshakeError(err, lw)
+		pcancel()
+		return nil, err
+	}
+	stopWatch := context.AfterFunc(ctx, pcancel)
+	rpc, err := gp.Client()
+	if !stopWatch() {
+		return fail(&StartError{Flowlet: p.flowlet, Path: p.path, Err: fmt.Errorf("start interrupted: %w", ctx.Err())})
+	}
+	if err != nil {
+		return fail(p.handshakeError(err, lw))
 	}
 	raw, err := rpc.Dispense(plugin.Name)
 	if err != nil {
-		gp.Kill()
-		return nil, &StartError{Flowlet: p.flowlet, Path: p.path, Err: err}
+		return fail(&StartError{Flowlet: p.flowlet, Path: p.path, Err: err})
 	}
 	d := raw.(*dispensed)
-	pr := &proc{gp: gp, client: d.client, broker: d.broker, logs: lw}
-	if rc := gp.ReattachConfig(); rc != nil && rc.Pid > 0 {
-		pr.pid = rc.Pid
-	}
-	return pr, nil
+	return &proc{gp: gp, client: d.client, broker: d.broker, pid: cmd.Process.Pid, cancel: pcancel, logs: lw}, nil
 }
+
+// killGroup kills the process group led by pid (SIGKILL).
+func killGroup(pid int) error { return syscall.Kill(-pid, syscall.SIGKILL) }
 
 func (p *Plugin) logger(idx int) *slog.Logger {
 	return p.opts.Logger.With("flowlet", p.flowlet, "instance", idx, "plugin", p.path)
@@ -254,15 +275,14 @@ func (pr *proc) tail() string {
 	return "\nplugin stderr (last lines):\n" + t
 }
 
-// kill ends the process at once (SIGKILL: a hung plugin gets no grace) and
-// waits for go-plugin's goroutines.
+// kill ends the process and its children at once (SIGKILL: a hung plugin
+// gets no grace) and waits for go-plugin's goroutines.
 func (pr *proc) kill() {
 	pr.once.Do(func() {
 		pr.closeSteps()
-		if pr.pid > 0 && !pr.gp.Exited() {
-			_ = syscall.Kill(pr.pid, syscall.SIGKILL)
-		}
+		pr.killGroup()
 		pr.gp.Kill()
+		pr.cancel()
 	})
 }
 
@@ -270,8 +290,22 @@ func (pr *proc) kill() {
 func (pr *proc) stop() {
 	pr.once.Do(func() {
 		pr.closeSteps()
+		// go-plugin gives the process 2s to exit, kills it, and then waits
+		// for its stdout and stderr, which a child of the plugin may hold.
+		t := time.AfterFunc(3*time.Second, pr.killGroup)
 		pr.gp.Kill()
+		t.Stop()
+		pr.cancel()
 	})
+}
+
+// killGroup kills the process's group while the process has not been
+// reaped (go-plugin reaps it once its pipes are closed): until then the
+// group's id cannot name another group.
+func (pr *proc) killGroup() {
+	if pr.pid > 0 && !pr.gp.Exited() {
+		_ = killGroup(pr.pid)
+	}
 }
 
 // logWriter logs a plugin's stderr line by line: JSON lines (slog's or
