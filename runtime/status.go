@@ -69,7 +69,7 @@ type FlowletStatus struct {
 	// Instances is the live instance count (App.Scale changes it).
 	Instances int  `json:"instances"`
 	Source    bool `json:"source,omitempty"`
-	Paused    bool `json:"paused,omitempty"`
+	Paused    bool `json:"paused"`
 	// Inputs are the queues the flowlet consumes, Outputs the queues it
 	// produces to (without its dead-letter and replay queues).
 	Inputs  []string `json:"inputs,omitempty"`
