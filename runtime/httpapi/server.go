@@ -146,8 +146,18 @@ func (s *Server) Addr() string {
 	return s.ln.Addr().String()
 }
 
-// URL is the server's base URL (after Start).
-func (s *Server) URL() string { return "http://" + s.Addr() }
+// URL is the server's base URL (after Start). A server listening on every
+// interface ("0.0.0.0", "[::]") is reached at 127.0.0.1 from this machine,
+// which is what http.json's readers (status, top, scale) are on.
+func (s *Server) URL() string {
+	addr := s.Addr()
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			addr = net.JoinHostPort("127.0.0.1", port)
+		}
+	}
+	return "http://" + addr
+}
 
 // Close stops the server, waiting up to ctx for requests in flight.
 func (s *Server) Close(ctx context.Context) error {

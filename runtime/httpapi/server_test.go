@@ -499,3 +499,20 @@ func TestPprofFlag(t *testing.T) {
 		t.Errorf("pprof index: %d", code)
 	}
 }
+
+// A server on every interface writes a URL this machine can reach
+// (127.0.0.1), not "[::]".
+func TestURLOfUnspecifiedAddress(t *testing.T) {
+	a, _ := startApp(t, httpapi.Config{})
+	s, err := httpapi.New(a, httpapi.Config{Addr: "0.0.0.0:0", Token: "t0ken-for-tests"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	if u := s.URL(); !strings.HasPrefix(u, "http://127.0.0.1:") {
+		t.Errorf("URL %q, want http://127.0.0.1:PORT", u)
+	}
+}
