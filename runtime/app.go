@@ -249,13 +249,19 @@ func ParseFile(path string) (*planner.Plan, error) {
 // groups, and creates and initializes every flowlet instance. Nothing runs
 // until Run.
 func Open(plan *planner.Plan, opts Options) (*App, error) {
+	return OpenContext(context.Background(), plan, opts)
+}
+
+// OpenContext is Open with a context for what Open waits on: building and
+// starting plugins (a cancelled context stops a build, compilers included).
+func OpenContext(ctx context.Context, plan *planner.Plan, opts Options) (*App, error) {
 	opts.withDefaults(plan.App)
 	a := &App{plan: plan, opts: opts, log: opts.Logger.With("app", plan.App), byName: map[string]*flowletRT{}, fatal: make(chan error, 1)}
 	if err := a.checkPlan(); err != nil {
 		return nil, err
 	}
 	if HasPlugins(plan) {
-		ps, err := openPlugins(context.Background(), plan, opts, a.log)
+		ps, err := openPlugins(ctx, plan, opts, a.log)
 		if err != nil {
 			return nil, err
 		}

@@ -1,12 +1,15 @@
 package runtime_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/cli"
 	"github.com/flowrun/flowrun/runtime/cli/clitest"
 )
@@ -117,5 +120,25 @@ func TestPluginAppErrors(t *testing.T) {
 				t.Errorf("the failed run created the data directory")
 			}
 		})
+	}
+}
+
+// OpenContext with a cancelled context stops building or starting plugins
+// and opens nothing (a Ctrl-C during a cold plugin build used to wait for the
+// build, then start the app).
+func TestOpenContextCancelledDuringPlugins(t *testing.T) {
+	dir := t.TempDir()
+	appDir := filepath.Join(dir, "apps")
+	os.Mkdir(appDir, 0o755)
+	p := plan(t, appDir, fmt.Sprintf(pluginApp, 10, "x {seq}", relTo(t, appDir, "testdata/upper")))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	data := filepath.Join(dir, "data")
+	_, err := runtime.OpenContext(ctx, p, runtime.Options{DataDir: data, NoSync: true, PluginCacheDir: t.TempDir()})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("OpenContext with a cancelled context: %v, want context.Canceled", err)
+	}
+	if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the store was opened: %v", err)
 	}
 }

@@ -95,6 +95,13 @@ func openPlugins(ctx context.Context, plan *planner.Plan, opts Options, log *slo
 		}
 		log.Info("opening plugin", "flowlet", f.Name, "plugin", f.Plugin, "path", pluginhost.Resolve(f.Plugin, dir), "cache", popts.CacheDir)
 		p, err := pluginhost.Open(ctx, f.Name, f.Plugin, dir, popts)
+		if err != nil && ctx.Err() != nil {
+			// Stopped (a signal): not a problem of the app file.
+			for _, p := range out {
+				p.Close()
+			}
+			return nil, fmt.Errorf("%s: %w", f.Pos, err)
+		}
 		if err != nil {
 			fail(f, err)
 			continue

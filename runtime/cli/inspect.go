@@ -2,11 +2,13 @@ package cli
 
 import (
 	"fmt"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -28,9 +30,17 @@ func (g *globals) validateCmd() *cobra.Command {
 			plan, err := runtime.ParseFile(args[0])
 			if err == nil && runtime.HasPlugins(plan) {
 				// Build, start and describe every plugin: build failures
-				// and handshake errors are the app's errors too.
-				err = runtime.CheckPlugins(cmd.Context(), plan, runtime.Options{DataDir: g.dataDir(plan.App),
-					AppDir: filepath.Dir(args[0]), PluginCacheDir: g.pluginCache})
+				// and handshake errors are the app's errors too. A signal
+				// stops the build (it runs in a process group of its own,
+				// which the terminal's Ctrl-C does not reach).
+				ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+				defer stop()
+				log, lerr := g.logger()
+				if lerr != nil {
+					return lerr
+				}
+				err = runtime.CheckPlugins(ctx, plan, runtime.Options{DataDir: g.dataDir(plan.App),
+					AppDir: filepath.Dir(args[0]), PluginCacheDir: g.pluginCache, Logger: log})
 			}
 			var el planner.ErrorList
 			if g.asJSON {

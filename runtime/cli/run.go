@@ -108,9 +108,13 @@ non-loopback address needs a bearer token (--http-token or
 					return rs.settingError("--http", rs.httpPos, "runtime.http", err)
 				}
 			}
-			a, err := runtime.Open(plan, runtime.Options{DataDir: g.dataDir(plan.App), NoSync: noSync, DeferCommits: deferCommits, Logger: log, Drain: drain,
+			a, err := runtime.OpenContext(ctx, plan, runtime.Options{DataDir: g.dataDir(plan.App), NoSync: noSync, DeferCommits: deferCommits, Logger: log, Drain: drain,
 				AppDir: filepath.Dir(args[0]), PluginCacheDir: g.pluginCache, MaxBacklog: maxBacklog})
 			if err != nil {
+				if ctx.Err() != nil { // a signal while plugins were built or started
+					log.Info("stopped before the app started", "signal", context.Cause(ctx))
+					return nil
+				}
 				return &exitError{ExitFailure, err}
 			}
 			if cpuprofile != "" {
