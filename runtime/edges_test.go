@@ -309,18 +309,8 @@ connections:
 // so, naming both files, instead of reporting the new file as truncated.
 func TestFileSinkPathChanged(t *testing.T) {
 	dir := t.TempDir()
-	app := func(out string) string {
-		return `
-app: t
-flowlets:
-  gen: {type: generator, config: {count: 10}}
-  out: {type: file_sink, config: {path: ` + filepath.Join(dir, out) + `}}
-connections:
-  - {from: gen, to: out}
-`
-	}
-	runDrain(t, dir, app("one.txt"), runtime.Options{NoSync: true}).Close()
-	a, err := runtime.Open(plan(t, dir, app("two.txt")), runtime.Options{NoSync: true, Drain: true, DataDir: filepath.Join(dir, "data")})
+	runDrain(t, dir, sinkApp(filepath.Join(dir, "one.txt"), 10), runtime.Options{NoSync: true}).Close()
+	a, err := runtime.Open(plan(t, dir, sinkApp(filepath.Join(dir, "two.txt"), 10)), runtime.Options{NoSync: true, Drain: true, DataDir: filepath.Join(dir, "data")})
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		err = a.Run(ctx)
@@ -341,18 +331,8 @@ func TestFileSinkSameFileOtherName(t *testing.T) {
 	if err := os.Symlink(filepath.Join(dir, "real"), filepath.Join(dir, "link")); err != nil {
 		t.Fatal(err)
 	}
-	app := func(out string, count int) string {
-		return fmt.Sprintf(`
-app: t
-flowlets:
-  gen: {type: generator, config: {count: %d}}
-  out: {type: file_sink, config: {path: %s}}
-connections:
-  - {from: gen, to: out}
-`, count, filepath.Join(dir, out))
-	}
-	runDrain(t, dir, app("real/out.txt", 10), runtime.Options{NoSync: true}).Close()
-	runDrain(t, dir, app("link/out.txt", 20), runtime.Options{NoSync: true}).Close()
+	runDrain(t, dir, sinkApp(filepath.Join(dir, "real/out.txt"), 10), runtime.Options{NoSync: true}).Close()
+	runDrain(t, dir, sinkApp(filepath.Join(dir, "link/out.txt"), 20), runtime.Options{NoSync: true}).Close()
 	b, err := os.ReadFile(filepath.Join(dir, "real", "out.txt"))
 	if err != nil || strings.Count(string(b), "\n") != 20 {
 		t.Fatalf("out.txt: %d lines, %v; want 20", strings.Count(string(b), "\n"), err)
@@ -363,16 +343,7 @@ connections:
 // path is gone, and the file at the new one has the committed size.
 func TestFileSinkMovedProject(t *testing.T) {
 	root := t.TempDir()
-	app := func(dir string, count int) string {
-		return fmt.Sprintf(`
-app: t
-flowlets:
-  gen: {type: generator, config: {count: %d}}
-  out: {type: file_sink, config: {path: %s}}
-connections:
-  - {from: gen, to: out}
-`, count, filepath.Join(dir, "out.txt"))
-	}
+	app := func(dir string, count int) string { return sinkApp(filepath.Join(dir, "out.txt"), count) }
 	one, two := filepath.Join(root, "one"), filepath.Join(root, "two")
 	if err := os.Mkdir(one, 0o755); err != nil {
 		t.Fatal(err)
@@ -397,14 +368,7 @@ func TestFileSinkKeepsExistingDataAndLocks(t *testing.T) {
 	if err := os.WriteFile(out, []byte("precious 1\nprecious 2\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	app := `
-app: t
-flowlets:
-  gen: {type: generator, config: {count: 3}}
-  out: {type: file_sink, config: {path: ` + out + `}}
-connections:
-  - {from: gen, to: out}
-`
+	app := sinkApp(out, 3)
 	a := runDrain(t, dir, app, runtime.Options{NoSync: true})
 	b, err := os.ReadFile(out)
 	if err != nil || string(b) != "precious 1\nprecious 2\nevent 0\nevent 1\nevent 2\n" {
@@ -422,4 +386,16 @@ connections:
 	if b, _ := os.ReadFile(out); strings.Count(string(b), "\n") != 5 {
 		t.Fatalf("after a restart: %q", b)
 	}
+}
+
+// sinkApp is a generator of count events into a file_sink writing path.
+func sinkApp(path string, count int) string {
+	return fmt.Sprintf(`
+app: t
+flowlets:
+  gen: {type: generator, config: {count: %d}}
+  out: {type: file_sink, config: {path: %s}}
+connections:
+  - {from: gen, to: out}
+`, count, path)
 }
