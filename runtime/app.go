@@ -171,6 +171,7 @@ type App struct {
 
 // flowletRT is what the instances of one flowlet share.
 type flowletRT struct {
+	fails  *failureLog // its events' failed attempts, across instances
 	fl     *planner.Flowlet
 	typ    flowlet.Type
 	st     *flowletStats
@@ -400,7 +401,7 @@ func (a *App) build() error {
 		if p := a.plugins[f.Name]; p != nil {
 			typ = p.Type()
 		}
-		frt := &flowletRT{fl: f, typ: typ, st: &flowletStats{}, source: len(f.Inputs) == 0 && typ.Info.Source, resume: newSignal()}
+		frt := &flowletRT{fl: f, typ: typ, st: &flowletStats{}, source: len(f.Inputs) == 0 && typ.Info.Source, resume: newSignal(), fails: newFailureLog()}
 		frt.n.Store(int32(f.Instances))
 		frt.cfg = f.Config
 		if frt.source {

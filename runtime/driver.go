@@ -142,10 +142,7 @@ type instance struct {
 	borrow   bool
 	batchBuf []flowlet.Event
 	next     int // round-robin start over inputs
-	attempts map[string]int
-	lastErr  map[string]string
 	isolate  map[string]bool
-	perm     map[string]bool // failed with a permanent error: dead-letter at once
 	truncDL  map[string]bool // its dead-letter record was too large: store a truncated one
 	batchErr map[string]int  // by first event: failures of a whole batch not yet isolated
 	closed   bool
@@ -166,10 +163,7 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 		final:    make(chan chan struct{}, 1),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
-		attempts: map[string]int{},
-		lastErr:  map[string]string{},
 		isolate:  map[string]bool{},
-		perm:     map[string]bool{},
 		truncDL:  map[string]bool{},
 		batchErr: map[string]int{},
 	}
@@ -661,10 +655,8 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 			continue
 		}
 		for _, e := range evs {
-			delete(in.attempts, e.id)
-			delete(in.lastErr, e.id)
+			in.frt.fails.forget(e.id)
 			delete(in.isolate, e.id)
-			delete(in.perm, e.id)
 			delete(in.truncDL, e.id)
 			delete(in.batchErr, e.id)
 		}
@@ -683,10 +675,9 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 
 // fail records a failed attempt of event id and returns its attempt count.
 func (in *instance) fail(id string, err error) int {
-	in.attempts[id]++
-	in.lastErr[id] = err.Error()
+	n := in.frt.fails.add(id, err.Error(), in.backoff)
 	in.st.failed.Add(1)
-	return in.attempts[id]
+	return n
 }
 
 type inEvent struct {
@@ -823,15 +814,25 @@ func (inp *input) event(en *queue.Entry) (inEvent, error) {
 // retries.max times are in its dead letters.
 func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait time.Duration) {
 	maxTries := in.fl.Retry.Max + 1
+	// An event another instance failed waits out its backoff here too.
+	now := time.Now()
+	for i := range evs {
+		if at := in.frt.fails.get(evs[i].id).retryAt; at.After(now) {
+			wait = max(wait, at.Sub(now))
+		}
+	}
+	if wait > 0 {
+		return false, wait
+	}
 	live := evs // unless some are dead-lettered: then a copy of the rest
 	copied := false
 	for i := range evs {
 		e := &evs[i]
-		if in.attempts[e.id] >= maxTries || in.perm[e.id] {
+		if f := in.frt.fails.get(e.id); f.attempts >= maxTries || f.perm {
 			if !copied {
 				live, copied = append(make([]inEvent, 0, len(evs)), evs[:i]...), true
 			}
-			in.deadLetter(sc, e, in.lastErr[e.id])
+			in.deadLetter(sc, e, f.last)
 			continue
 		}
 		if copied {
@@ -863,7 +864,7 @@ func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait tim
 		if len(live) == 1 {
 			n := in.fail(live[0].id, err)
 			if n >= maxTries || perm {
-				in.perm[live[0].id] = perm
+				in.frt.fails.setPerm(live[0].id, perm)
 				return true, 0 // dead-lettered on the redo
 			}
 			return false, in.backoff(n)
@@ -952,7 +953,7 @@ func (in *instance) logFailure(err error, events int) {
 }
 
 func (in *instance) deadLetter(sc *stepCtx, e *inEvent, reason string) {
-	attempts := in.attempts[e.id]
+	attempts := in.frt.fails.get(e.id).attempts
 	if e.dead != nil {
 		attempts += e.dead.Attempts
 	}

@@ -278,3 +278,33 @@ connections:
 		b.Close()
 	}
 }
+
+// The retry budget is the event's, not the instance's: with fifo, where any
+// instance may take an event another one failed, a poison event is tried
+// retries.max + 1 times in all and then dead-lettered (a user saw 5 attempts
+// for retries.max 2 with 2 instances).
+func TestRetryBudgetSharedByInstances(t *testing.T) {
+	dir := t.TempDir()
+	a := runDrain(t, dir, `
+app: t
+flowlets:
+  gen: {type: generator, config: {count: 10}}
+  c: {type: t_count, instances: 2, batch_size: 1, retries: {max: 2, backoff: 5ms}, config: {fail: "event 7"}}
+connections:
+  - {from: gen, to: c, strategy: fifo}
+`, runtime.Options{NoSync: true})
+	defer a.Close()
+	var failed uint64
+	for _, f := range a.Status().Flowlets {
+		if f.Name == "c" {
+			failed = f.Failed
+		}
+	}
+	dls, err := a.Inspect().DeadLetterList([]string{"c"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed != 3 || len(dls) != 1 || dls[0].Attempts != 3 {
+		t.Fatalf("failed %d times, %d dead letters (%+v); want 3 attempts in all and one dead letter saying 3", failed, len(dls), dls)
+	}
+}

@@ -134,9 +134,9 @@ func (in *instance) tooLargeStep(sc *stepCtx, evs []inEvent, err error) (redo bo
 		return true, nil
 	}
 	id := evs[0].id
-	if !in.perm[id] && in.attempts[id] < in.fl.Retry.Max+1 {
+	if f := in.frt.fails.get(id); !f.perm && f.attempts < in.fl.Retry.Max+1 {
 		in.fail(id, e)
-		in.perm[id] = true // the redo dead-letters it, without processing it
+		in.frt.fails.setPerm(id, true) // the redo dead-letters it, without processing it
 		return true, nil
 	}
 	// The step was the event's dead-letter record alone.

@@ -1,0 +1,69 @@
+package runtime
+
+import (
+	"sync"
+	"time"
+)
+
+// failureLog holds the failed attempts of a flowlet's events, shared by
+// its instances: with fifo any instance may take an event another one
+// failed, and the retry budget (retries.max + 1 attempts, then the
+// dead-letter queue) and the backoff are the event's, not the instance's.
+// It is in memory: a restart counts afresh (specs/guarantees.md).
+type failureLog struct {
+	mu sync.Mutex
+	m  map[string]*failure
+}
+
+type failure struct {
+	attempts int
+	last     string    // the last attempt's error
+	perm     bool      // failed with a permanent error: dead-letter at once
+	retryAt  time.Time // not before: the backoff after the last attempt
+}
+
+func newFailureLog() *failureLog { return &failureLog{m: map[string]*failure{}} }
+
+// add records a failed attempt of event id, whose retry waits backoff(n)
+// for the n-th attempt, and returns n.
+func (l *failureLog) add(id, errText string, backoff func(int) time.Duration) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := l.m[id]
+	if f == nil {
+		f = &failure{}
+		l.m[id] = f
+	}
+	f.attempts++
+	f.last = errText
+	f.retryAt = time.Now().Add(backoff(f.attempts))
+	return f.attempts
+}
+
+// get returns what is known of event id (the zero failure if nothing).
+func (l *failureLog) get(id string) failure {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if f := l.m[id]; f != nil {
+		return *f
+	}
+	return failure{}
+}
+
+// setPerm marks event id to be dead-lettered at its next attempt.
+func (l *failureLog) setPerm(id string, perm bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if f := l.m[id]; f != nil {
+		f.perm = perm
+	} else if perm {
+		l.m[id] = &failure{perm: true}
+	}
+}
+
+// forget drops event id once a step that consumed it committed.
+func (l *failureLog) forget(id string) {
+	l.mu.Lock()
+	delete(l.m, id)
+	l.mu.Unlock()
+}
