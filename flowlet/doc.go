@@ -44,7 +44,33 @@ Through Context a step can:
 Sources (TypeInfo.Source) implement Generate instead of Process and keep
 their position (a file offset, say) in State, so position and events commit
 together. Ticker's Tick runs every `tick:` interval in a transaction of its
-own: windows close and buffers flush there.
+own: windows close and buffers flush there. Every instance ticks, and
+tables are shared by the instances: a Tick that reports a whole table runs
+once per instance (run one instance, or have each report only what it
+wrote).
+
+An event that must not be retried (malformed input) fails with
+Permanent(err): it goes to the dead-letter queue after that one attempt;
+any other error is retried retries.max times (the attempts are the
+event's, across instances). A step can also dead-letter an event itself and
+go on: the runtime's Context implements
+
+	DeadLetter(payload []byte, reason string) error
+	DeadLetterEvent(ev Event, reason string) error // keeps its id, input, keys: replayable
+
+matched with a type assertion on an interface of your own (runtime.DeadLetterer
+and runtime.EventDeadLetterer name them; flowlettest implements both).
+
+# Concurrency and memory
+
+Each instance runs its steps one at a time on a goroutine of its own; a
+flowlet value is one instance's, so its fields need no lock. Instances of
+one flowlet run at once and share its tables and counters (conflicting
+writes are retried). Copy an event's Payload to keep it after Process
+returns; values returned by Table.Get are copies the flowlet may keep and
+modify. In process, a table scan sees the step's snapshot plus the step's
+writes made before the Scan call (a plugin's scan reads in pages and may
+also see writes made during it).
 
 # Registering a type
 
@@ -56,16 +82,25 @@ needs to check connections:
 			flowlet.TypeInfo{Sink: true, Doc: "counts views per path"})
 	}
 
+A registered type reaches an app in one of two ways: build your own
+flowrun binary, a main that imports your package for its init and calls
+runtime/cli's Main (package cmd/flowrun is exactly that, with the built-in
+types), or serve the type from a plugin process (package flowlet/plugin,
+`plugin:` in the app YAML; specs/plugins.md). A type that implements
+ConfigChecker has its config checked while the app is planned, at the
+field's file:line:col.
+
 # Testing
 
 Package flowlettest runs a flowlet without a runtime: a fake Context with
 state in maps and recorded emits, and the same commit-or-abort step
-semantics (see the package example).
+semantics (its package doc says where it is simpler than the runtime).
 
 # Implementations
 
-This package only declares interfaces, as database/sql/driver does. The
-runtime implements Context; internal/state implements Table and Counters on
-Badger as transaction participants.
+This package declares the interfaces and the helpers around them (Config,
+Register, the errors); it implements none of them, as database/sql/driver
+does. The runtime implements Context; internal/state implements Table and
+Counters on Badger as transaction participants.
 */
 package flowlet

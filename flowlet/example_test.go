@@ -26,17 +26,20 @@ func (p *Parser) Init(ic flowlet.InitContext) error {
 func (p *Parser) Process(ctx flowlet.Context, ev flowlet.Event) error {
 	f := strings.Fields(string(ev.Payload))
 	if len(f) != 3 {
-		return fmt.Errorf("malformed line %q", ev.Payload)
+		// Retrying cannot help: to the dead-letter queue at once.
+		return flowlet.Permanent(fmt.Errorf("malformed line %q", ev.Payload))
 	}
 	if f[0] != p.method {
 		return nil
 	}
-	ctx.Counters("status").Add([]byte(f[2]), 1)
+	if err := ctx.Counters("status").Add([]byte(f[2]), 1); err != nil {
+		return err
+	}
 	return ctx.Emit("pages", []byte(f[1]), flowlet.Key("path", f[1]))
 }
 
-// Views counts page views per path and remembers the last status seen, in
-// state that commits with each step.
+// Views counts page views per path, in counters that commit with each step,
+// and reports them on each tick.
 type Views struct{}
 
 func (Views) Process(ctx flowlet.Context, ev flowlet.Event) error {

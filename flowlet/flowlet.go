@@ -51,7 +51,8 @@ type Source interface {
 // runtime calls Tick about every second after the previous call ended, in a
 // transaction of its own, so a tick's state writes and emits are as atomic
 // as a step's. Ticks do not run concurrently with Process on the same
-// instance.
+// instance. Every instance ticks, and tables are shared by the instances:
+// a Tick that reports a whole table runs once per instance.
 type Ticker interface {
 	Tick(ctx Context) error
 }
