@@ -40,7 +40,7 @@ func TestErrorsAs(t *testing.T) {
 		t.Errorf("position %s:%d:%d, want app.yaml:1:6", first.File, first.Line, first.Col)
 	}
 	want := "app.yaml:1:6: invalid app name \"BAD\": must match [a-z0-9][a-z0-9_-]{0,62}\n" +
-		"app.yaml:2:22: unknown flowlet type \"nope\" (known types: counter, file_source, filter, http_source, kv_sink, log_sink)"
+		"app.yaml:2:22: unknown flowlet type \"nope\" (known types: counter, file_source, filter, http_source, kv_sink, log_sink; for a type of your own, build a binary that registers it (runtime/cli.Main) or use plugin:)"
 	if err.Error() != want {
 		t.Errorf("got\n%s\nwant\n%s", err, want)
 	}

@@ -173,7 +173,7 @@ func (v *validator) checkFlowlet(f *flowletSpec) {
 			known := sortedKeys(v.types)
 			hint := didYouMean(f.typ.val, known)
 			if hint == "" {
-				hint = " (known types: " + strings.Join(known, ", ") + ")"
+				hint = " (known types: " + strings.Join(known, ", ") + "; for a type of your own, build a binary that registers it (runtime/cli.Main) or use plugin:)"
 			}
 			v.errs.add(f.typ.pos, "unknown flowlet type %q%s", f.typ.val, hint)
 		}
