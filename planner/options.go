@@ -31,6 +31,10 @@ type TypeInfo struct {
 	// error.
 	SingleInstance bool
 
+	// NoTick types have no Tick: a `tick:` on them would do nothing, so it
+	// is an error. (Zero for types that do tick, and for plugins.)
+	NoTick bool
+
 	// CheckConfig, when set, checks a flowlet's config (after
 	// interpolation) for the given instance count, without side effects.
 	// An error is reported at the config field it names (an error with a

@@ -190,6 +190,9 @@ func (v *validator) checkFlowlet(f *flowletSpec) {
 	if f.retryMax.set && f.retryMax.val < 0 {
 		v.errs.add(f.retryMax.pos, "retries.max must not be negative, got %d (0 disables retries)", f.retryMax.val)
 	}
+	if f.tick.set && f.typ.set && v.types[f.typ.val].NoTick {
+		v.errs.add(f.tick.pos, "flowlet %q: type %s has no Tick, so tick would do nothing", f.name, f.typ.val)
+	}
 	for _, d := range []struct {
 		f    field[time.Duration]
 		name string

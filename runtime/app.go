@@ -211,7 +211,9 @@ func (s *flowletStats) setErr(err error) {
 func PlannerTypes() map[string]planner.TypeInfo {
 	m := map[string]planner.TypeInfo{}
 	for _, t := range flowlet.Types() {
-		m[t.Name] = planner.TypeInfo{Outputs: t.Info.Outputs, Source: t.Info.Source, Sink: t.Info.Sink, SingleInstance: t.Info.SingleInstance, CheckConfig: checkConfigOf(t)}
+		_, ticks := t.New().(flowlet.Ticker)
+		m[t.Name] = planner.TypeInfo{Outputs: t.Info.Outputs, Source: t.Info.Source, Sink: t.Info.Sink, SingleInstance: t.Info.SingleInstance,
+			NoTick: !ticks, CheckConfig: checkConfigOf(t)}
 	}
 	return m
 }

@@ -77,3 +77,18 @@ connections:
 		t.Errorf("planning touched the file_sink's output: %v", err)
 	}
 }
+
+// tick on a type without Tick would do nothing: an error at planning.
+func TestTickOnTypeWithoutTick(t *testing.T) {
+	dir := t.TempDir()
+	_, err := runtime.ParseFile(writeApp(t, dir, `app: t
+flowlets:
+  g: {type: generator, tick: 1s}
+  o: {type: stdout_sink}
+connections:
+  - {from: g, to: o}
+`))
+	if err == nil || !strings.Contains(err.Error(), `:3:30: flowlet "g": type generator has no Tick, so tick would do nothing`) {
+		t.Fatalf("got %v", err)
+	}
+}
