@@ -74,10 +74,12 @@ func (o *Options) pluginOptions(app string, log *slog.Logger) pluginhost.Options
 	}
 }
 
-// openPlugins opens the plugin of every flowlet that has one and checks
-// what it declares against the plan. The errors (a build failure with the
+// openPlugins opens the plugin of every flowlet that has one, checks what
+// it declares against the plan and has it check the flowlet's config (its
+// CheckConfig, when it has one). The errors (a build failure with the
 // compiler's message, a failed handshake, a plugin without an output the
-// app connects) name the flowlet and carry its position in the app file.
+// app connects, a config field the plugin refuses) name the flowlet and
+// carry its position in the app file.
 func openPlugins(ctx context.Context, plan *planner.Plan, opts Options, log *slog.Logger) (map[string]*pluginhost.Plugin, error) {
 	out := map[string]*pluginhost.Plugin{}
 	var errs planner.ErrorList
@@ -109,6 +111,16 @@ func openPlugins(ctx context.Context, plan *planner.Plan, opts Options, log *slo
 		out[f.Name] = p
 		if err := checkPluginInfo(f, p.Info()); err != nil {
 			fail(f, err)
+			continue
+		}
+		if err := checkPluginConfig(ctx, f, p); err != nil {
+			if ctx.Err() != nil {
+				for _, p := range out {
+					p.Close()
+				}
+				return nil, fmt.Errorf("%s: %w", f.Pos, err)
+			}
+			fail(f, err)
 		}
 	}
 	if len(errs) > 0 {
@@ -137,10 +149,29 @@ func checkPluginInfo(f *planner.Flowlet, info flowlet.TypeInfo) error {
 	if info.Source && len(f.Inputs) > 0 {
 		msgs = append(msgs, fmt.Sprintf("flowlet %q: plugin %s is a source and accepts no input", f.Name, f.Plugin))
 	}
+	if info.SingleInstance && f.Instances > 1 {
+		msgs = append(msgs, fmt.Sprintf("flowlet %q: plugin %s runs as a single instance (one reader, writer or listener); instances must be 1, got %d", f.Name, f.Plugin, f.Instances))
+	}
 	if len(msgs) > 0 {
 		return fmt.Errorf("%s", strings.Join(msgs, "; "))
 	}
 	return nil
+}
+
+// checkPluginConfig has the plugin check the flowlet's config as its
+// instances' Init will get it (a source's without max_backlog), as the
+// planner does for a built-in type with a flowlet.ConfigChecker. The
+// error names the field; a plugin without CheckConfig has nothing to
+// check.
+func checkPluginConfig(ctx context.Context, f *planner.Flowlet, p *pluginhost.Plugin) error {
+	cfg := f.Config
+	if len(f.Inputs) == 0 && p.Info().Source {
+		var err error
+		if _, _, cfg, err = splitMaxBacklog(f.Name, cfg); err != nil {
+			return err
+		}
+	}
+	return p.CheckConfig(ctx, f.Instances, cfg)
 }
 
 // CheckPlugins opens (builds, starts, handshakes with and describes) the

@@ -33,6 +33,13 @@
 // A crash or a hang of the process fails the step too; the host restarts the
 // process (and calls Init again) before the next step.
 //
+// The flowlet.TypeInfo given to Serve travels to the host, SingleInstance
+// included. A type that implements flowlet.ConfigChecker has its config
+// checked by `flowrun validate` and before every run, before anything is
+// created (the contract's CheckConfig call, on a fresh value): a
+// *flowlet.ConfigError is reported at the flowlet in the app file, naming
+// its field.
+//
 // Steps travel over the step channel (package flowlet/plugin/channel): a
 // connection of its own, opened after Init, on which each step is one frame
 // each way.

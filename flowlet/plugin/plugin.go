@@ -167,6 +167,6 @@ func Describe(f flowlet.Flowlet, info flowlet.TypeInfo) *flowletpb.TypeInfo {
 	_, tick := f.(flowlet.Ticker)
 	return &flowletpb.TypeInfo{
 		Outputs: append([]string(nil), info.Outputs...), Source: info.Source, Sink: info.Sink, Doc: info.Doc,
-		Process: proc || batch, Generate: gen, Tick: tick,
+		Process: proc || batch, Generate: gen, Tick: tick, SingleInstance: info.SingleInstance,
 	}
 }

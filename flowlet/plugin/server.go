@@ -62,6 +62,55 @@ func (s *server) Describe(context.Context, *pb.DescribeRequest) (*pb.TypeInfo, e
 	return Describe(s.newFlowlet(), s.info), nil
 }
 
+// CheckConfig runs the type's flowlet.ConfigChecker, when it has one, on a
+// fresh value with the request's name, instances and config (instance 0,
+// no Host service); the process's own flowlet is left alone. A type
+// without one has nothing to check: the answer is "ok".
+func (s *server) CheckConfig(ctx context.Context, req *pb.InitRequest) (*pb.CheckConfigResponse, error) {
+	cc, ok := s.newFlowlet().(flowlet.ConfigChecker)
+	if !ok {
+		return &pb.CheckConfigResponse{}, nil
+	}
+	cfg, err := DecodeConfig(req.ConfigJson)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "flowrun plugin: config: %v", err)
+	}
+	ic := flowlet.InitContext{Name: req.Name, Instance: int(req.Instance), Instances: max(int(req.Instances), 1),
+		Config: flowlet.NewConfig(req.Name, cfg), Logger: slog.New(slog.NewJSONHandler(s.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	err = safeCall(func() error { return cc.CheckConfig(ic) })
+	if err == nil {
+		return &pb.CheckConfigResponse{}, nil
+	}
+	var pe *panicError
+	if errors.As(err, &pe) {
+		fmt.Fprintf(s.stderr, "flowrun plugin: CheckConfig panicked: %v\n%s", pe.value, pe.stack)
+		return nil, status.Errorf(codes.Internal, "CheckConfig panicked: %v", pe.value)
+	}
+	return configResponse(req.Name, err), nil
+}
+
+// configResponse is the wire form of a config error of the flowlet
+// named name: its field (the ConfigField() of a *flowlet.ConfigError, or of
+// any error in the chain with that method) and its message without the
+// flowlet's name and the field, which the host adds back.
+func configResponse(name string, err error) *pb.CheckConfigResponse {
+	var fe interface{ ConfigField() string }
+	field := ""
+	if errors.As(err, &fe) {
+		field = fe.ConfigField()
+	}
+	msg := err.Error()
+	if field != "" {
+		msg = strings.ReplaceAll(msg, fmt.Sprintf("flowlet %q: config field %q: ", name, field), "")
+	}
+	msg = strings.ReplaceAll(msg, fmt.Sprintf("flowlet %q: config: ", name), "")
+	msg = strings.TrimPrefix(msg, fmt.Sprintf("flowlet %q: ", name))
+	if msg == "" {
+		msg = "invalid"
+	}
+	return &pb.CheckConfigResponse{Error: msg, Field: field}
+}
+
 func (s *server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

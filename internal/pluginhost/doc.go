@@ -14,6 +14,10 @@
 // the step's flowlet.Context; state reads from the plugin call back to that
 // Context, so they see the step's transaction.
 //
+// Plugin.CheckConfig has the plugin check a flowlet's config without
+// side effects (the contract's optional CheckConfig call), so that a
+// mistake is found before the app starts.
+//
 // A plugin that crashes, exits or exceeds the per-call deadline makes the
 // call fail with a *CallError (the runtime aborts the step and the events
 // come again); the process is killed and a new one is started, with

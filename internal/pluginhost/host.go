@@ -2,6 +2,7 @@ package pluginhost
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,9 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/flowrun/flowrun/flowlet"
 	pb "github.com/flowrun/flowrun/proto/flowletpb"
@@ -80,9 +84,10 @@ type Plugin struct {
 	opts    Options
 	info    *pb.TypeInfo
 
-	mu    sync.Mutex
-	spare *proc // the process Open described the type with, for the first instance
-	live  map[*inst]struct{}
+	mu     sync.Mutex
+	spare  *proc // the process Open described the type with, for the first instance
+	live   map[*inst]struct{}
+	closed bool
 }
 
 // Open prepares the plugin of the flowlet named flowletName: path is the
@@ -144,7 +149,70 @@ func (p *Plugin) Binary() string { return p.bin }
 
 // Info is what the plugin's flowlet type declares.
 func (p *Plugin) Info() flowlet.TypeInfo {
-	return flowlet.TypeInfo{Outputs: append([]string(nil), p.info.Outputs...), Source: p.info.Source, Sink: p.info.Sink, Doc: p.info.Doc}
+	return flowlet.TypeInfo{Outputs: append([]string(nil), p.info.Outputs...), Source: p.info.Source, Sink: p.info.Sink, Doc: p.info.Doc,
+		SingleInstance: p.info.SingleInstance}
+}
+
+// CheckConfig asks the plugin to check the config of its flowlet (the one
+// Open was given) for the given instance count, without side effects: the
+// plugin's CheckConfig call (the Go SDK runs the type's
+// flowlet.ConfigChecker), on the process Open kept for the first instance
+// (started anew if it is gone), which stays for it. A config the plugin
+// refuses is a *flowlet.ConfigError of the flowlet, whose ConfigField
+// names the field it is about (empty for the config as a whole). A plugin
+// that does not implement the call (UNIMPLEMENTED: a plugin built with an
+// older SDK, or written without it) has nothing to check: nil. A call that
+// fails otherwise is a *StartError (a cancelled ctx, one that does not
+// start, crashes or exceeds Options.CallTimeout); that process is killed.
+func (p *Plugin) CheckConfig(ctx context.Context, instances int, config map[string]any) error {
+	js, err := configJSON(p.flowlet, config)
+	if err != nil {
+		return err
+	}
+	pr := p.takeSpare()
+	if pr == nil {
+		if pr, err = p.start(ctx, 0); err != nil {
+			return err
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
+	defer cancel()
+	r, err := pr.client.CheckConfig(cctx, &pb.InitRequest{Name: p.flowlet, Instances: int32(max(instances, 1)), ConfigJson: js})
+	if err == nil || (status.Code(err) == codes.Unimplemented && !pr.exited()) {
+		p.putSpare(pr)
+		if err != nil || r.Error == "" {
+			return nil
+		}
+		return &flowlet.ConfigError{Flowlet: p.flowlet, Field: r.Field, Msg: r.Error}
+	}
+	var cause error
+	switch st, ok := status.FromError(err); {
+	case ctx.Err() != nil:
+		cause = fmt.Errorf("check config: interrupted: %w", ctx.Err())
+	case errors.Is(cctx.Err(), context.DeadlineExceeded):
+		cause = fmt.Errorf("check config: no answer within the deadline of %v", p.opts.CallTimeout)
+	case ok && !pr.exited() && st.Code() != codes.Unavailable:
+		cause = fmt.Errorf("check config: %s", st.Message())
+	default:
+		cause = fmt.Errorf("check config: %w", err)
+	}
+	pr.kill()
+	if t := pr.tail(); t != "" {
+		cause = fmt.Errorf("%w%s", cause, t)
+	}
+	return &StartError{Flowlet: p.flowlet, Path: p.path, Err: cause}
+}
+
+// configJSON is a flowlet's config as the contract sends it.
+func configJSON(name string, config map[string]any) (string, error) {
+	if config == nil {
+		config = map[string]any{}
+	}
+	js, err := json.Marshal(config)
+	if err != nil {
+		return "", fmt.Errorf("flowlet %q: plugin config cannot be sent as JSON: %w", name, err)
+	}
+	return string(js), nil
 }
 
 // Type is the plugin as a flowlet type: Name is "plugin " and the path as
@@ -182,7 +250,7 @@ func (p *Plugin) New() flowlet.Flowlet {
 func (p *Plugin) Close() error {
 	p.mu.Lock()
 	spare := p.spare
-	p.spare = nil
+	p.spare, p.closed = nil, true
 	var live []*inst
 	for in := range p.live {
 		live = append(live, in)
@@ -207,6 +275,20 @@ func (p *Plugin) takeSpare() *proc {
 		return nil
 	}
 	return s
+}
+
+// putSpare keeps pr for the first instance, unless there is a spare
+// already or the plugin was closed.
+func (p *Plugin) putSpare(pr *proc) {
+	p.mu.Lock()
+	keep := p.spare == nil && !p.closed
+	if keep {
+		p.spare = pr
+	}
+	p.mu.Unlock()
+	if !keep {
+		pr.kill()
+	}
 }
 
 func (p *Plugin) forget(in *inst) {
@@ -289,7 +371,10 @@ func (e *StepError) Error() string { return e.Message }
 // Permanent reports whether the plugin said retrying cannot help.
 func (e *StepError) Permanent() bool { return e.perm }
 
-// InitError is a plugin's Init that returned an error.
+// InitError is a plugin's Init that returned an error. Its message is the
+// plugin's, after "plugin init: ": it does not repeat the flowlet and
+// instance, which the caller names (the runtime says `flowlet "x" instance
+// 0: init: plugin init: ...`), and which are in its fields.
 type InitError struct {
 	Flowlet  string
 	Instance int
@@ -297,5 +382,5 @@ type InitError struct {
 }
 
 func (e *InitError) Error() string {
-	return fmt.Sprintf("flowlet %q instance %d: plugin init: %s", e.Flowlet, e.Instance, e.Message)
+	return "plugin init: " + e.Message
 }

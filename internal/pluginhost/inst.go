@@ -2,7 +2,6 @@ package pluginhost
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -90,15 +89,11 @@ func (f tickF) Tick(ctx flowlet.Context) error    { return f.tick(ctx) }
 func (in *inst) Init(ic flowlet.InitContext) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	m := ic.Config.Map()
-	if m == nil {
-		m = map[string]any{}
-	}
-	js, err := json.Marshal(m)
+	js, err := configJSON(ic.Name, ic.Config.Map())
 	if err != nil {
-		return fmt.Errorf("flowlet %q: plugin config cannot be sent as JSON: %w", ic.Name, err)
+		return err
 	}
-	in.name, in.idx, in.instances, in.configJSON, in.inited = ic.Name, ic.Instance, max(ic.Instances, 1), string(js), true
+	in.name, in.idx, in.instances, in.configJSON, in.inited = ic.Name, ic.Instance, max(ic.Instances, 1), js, true
 	ctx, cancel := context.WithTimeout(context.Background(), in.p.opts.CallTimeout+in.p.opts.StartTimeout)
 	defer cancel()
 	_, err = in.ensure(ctx)

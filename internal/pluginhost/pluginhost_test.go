@@ -206,9 +206,14 @@ func waitFor(t *testing.T, cond func() bool, format string, args ...any) {
 
 // dlCtx is a flowlettest Context that can dead-letter, as the runtime's.
 type dlCtx struct {
-	*flowlettest.Context
+	bare
 	dead []string
 }
+
+// bare is a flowlettest Context with only the methods of flowlet.Context
+// (whatever optional ones flowlettest's has), as a host's Context that
+// cannot dead-letter.
+type bare struct{ flowlet.Context }
 
 func (c *dlCtx) DeadLetter(p []byte, reason string) error {
 	c.dead = append(c.dead, string(p)+": "+reason)
@@ -233,7 +238,8 @@ func (c *dleCtx) DeadLetterEvent(ev flowlet.Event, reason string) error {
 func TestDeadLetterEvent(t *testing.T) {
 	p := open(t, "dle", "testplugin", options(t, nil))
 	f := p.New().(flowlet.BatchProcessor)
-	ctx := &dleCtx{dlCtx: dlCtx{Context: flowlettest.New("dle")}}
+	tc := flowlettest.New("dle")
+	ctx := &dleCtx{dlCtx: dlCtx{bare: bare{tc}}}
 	evs := []flowlet.Event{ev("a"), ev("deadev:1"), ev("b"), ev("deadev:2")}
 	for i := range evs {
 		evs[i].ID, evs[i].Input = fmt.Sprintf("id-%d", i), []string{"q1", "q2"}[i%2]
@@ -242,15 +248,15 @@ func TestDeadLetterEvent(t *testing.T) {
 	if err := f.ProcessBatch(ctx, evs); err != nil {
 		t.Fatal(err)
 	}
-	ctx.Commit()
+	tc.Commit()
 	if len(ctx.events) != 2 || ctx.events[0].ID != "id-1" || ctx.events[1].ID != "id-3" || ctx.events[1].Input != "q2" ||
 		string(ctx.events[1].Payload) != "deadev:2" || len(ctx.events[1].Keys) != 1 || ctx.dead[0] != "id-1: dead event on request" {
 		t.Errorf("dead-lettered events %+v (%v)", ctx.events, ctx.dead)
 	}
-	if !slices.Equal(ctx.Emits("out"), []string{"A", "B"}) {
-		t.Errorf("out %v", ctx.Emits("out"))
+	if !slices.Equal(tc.Emits("out"), []string{"A", "B"}) {
+		t.Errorf("out %v", tc.Emits("out"))
 	}
-	only := &dlCtx{Context: flowlettest.New("dle")}
+	only := &dlCtx{bare: bare{flowlettest.New("dle")}}
 	if err := f.ProcessBatch(only, []flowlet.Event{ev("deadev")}); err == nil || !strings.Contains(err.Error(), "no DeadLetterEvent") {
 		t.Errorf("without DeadLetterEvent on the host: %v", err)
 	}
@@ -259,28 +265,29 @@ func TestDeadLetterEvent(t *testing.T) {
 func TestDeadLetterAndPanic(t *testing.T) {
 	p := open(t, "dl", "testplugin", options(t, nil))
 	f := p.New().(flowlet.BatchProcessor)
-	ctx := &dlCtx{Context: flowlettest.New("dl")}
+	tc := flowlettest.New("dl")
+	ctx := &dlCtx{bare: bare{tc}}
 	if err := f.ProcessBatch(ctx, []flowlet.Event{ev("dead"), ev("ok")}); err != nil {
 		t.Fatal(err)
 	}
-	ctx.Commit()
-	if !slices.Equal(ctx.dead, []string{"dead: dead on request"}) || !slices.Equal(ctx.Emits("out"), []string{"OK"}) {
-		t.Errorf("dead %v, out %v", ctx.dead, ctx.Emits("out"))
+	tc.Commit()
+	if !slices.Equal(ctx.dead, []string{"dead: dead on request"}) || !slices.Equal(tc.Emits("out"), []string{"OK"}) {
+		t.Errorf("dead %v, out %v", ctx.dead, tc.Emits("out"))
 	}
 	// Without DeadLetter on the host's context, the plugin has none.
-	plain := flowlettest.New("dl")
-	if err := plain.Process(f, ev("dead")); err == nil || !strings.Contains(err.Error(), "no DeadLetter") {
+	plain := bare{flowlettest.New("dl")}
+	if err := f.ProcessBatch(plain, []flowlet.Event{ev("dead")}); err == nil || !strings.Contains(err.Error(), "no DeadLetter") {
 		t.Errorf("got %v", err)
 	}
 
 	// A panic is recovered in the plugin: the step fails, the process lives.
 	before := pid(f)
-	err := plain.Process(f, ev("panic"))
+	err := f.ProcessBatch(plain, []flowlet.Event{ev("panic")})
 	var se *pluginhost.StepError
 	if !errors.As(err, &se) || !se.Panic || !strings.Contains(se.Stack, "main.(*testFlowlet).ProcessBatch") {
 		t.Fatalf("want a panic StepError with a stack, got %#v", err)
 	}
-	if err := plain.Process(f, ev("x")); err != nil || pid(f) != before {
+	if err := f.ProcessBatch(plain, []flowlet.Event{ev("x")}); err != nil || pid(f) != before {
 		t.Errorf("after a panic: %v, pid %d → %d", err, before, pid(f))
 	}
 }
@@ -380,7 +387,7 @@ func TestInitError(t *testing.T) {
 	f := p.New()
 	err := flowlettest.New("picky").Init(f, map[string]any{"fail_init": true})
 	var ie *pluginhost.InitError
-	if !errors.As(err, &ie) || !strings.Contains(err.Error(), `flowlet "picky"`) || !strings.Contains(err.Error(), "init refused by config") {
+	if !errors.As(err, &ie) || ie.Flowlet != "picky" || ie.Instance != 0 || err.Error() != "plugin init: init refused by config" {
 		t.Fatalf("got %v", err)
 	}
 	err = flowlettest.New("picky").Init(p.New(), map[string]any{"prefix": 3})

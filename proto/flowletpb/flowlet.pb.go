@@ -5,7 +5,11 @@
 // GRPCBroker so that state reads see the step's transaction.
 //
 // Handshake: magic cookie FLOWRUN_PLUGIN=flowlet-5c1d0a3e, protocol
-// version 1, AutoMTLS.
+// version 1, AutoMTLS. Protocol version 1 grows only compatibly: new fields
+// (which an older peer ignores or leaves at their zero value) and new
+// optional RPCs (which an older plugin answers with UNIMPLEMENTED, and the
+// host then does without), such as TypeInfo.single_instance and
+// CheckConfig.
 //
 // Go code is generated into proto/flowletpb (see proto/generate.go).
 
@@ -133,7 +137,7 @@ func (x StateOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StateOp_Kind.Descriptor instead.
 func (StateOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{14, 0}
+	return file_flowlet_proto_rawDescGZIP(), []int{15, 0}
 }
 
 type Error_Kind int32
@@ -188,7 +192,7 @@ func (x Error_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Error_Kind.Descriptor instead.
 func (Error_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{16, 0}
+	return file_flowlet_proto_rawDescGZIP(), []int{17, 0}
 }
 
 type ChannelRequest struct {
@@ -405,11 +409,15 @@ type TypeInfo struct {
 	Sink    bool     `protobuf:"varint,3,opt,name=sink,proto3" json:"sink,omitempty"`
 	Doc     string   `protobuf:"bytes,4,opt,name=doc,proto3" json:"doc,omitempty"`
 	// What the flowlet implements: Process or ProcessBatch, Generate, Tick.
-	Process       bool `protobuf:"varint,5,opt,name=process,proto3" json:"process,omitempty"`
-	Generate      bool `protobuf:"varint,6,opt,name=generate,proto3" json:"generate,omitempty"`
-	Tick          bool `protobuf:"varint,7,opt,name=tick,proto3" json:"tick,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Process  bool `protobuf:"varint,5,opt,name=process,proto3" json:"process,omitempty"`
+	Generate bool `protobuf:"varint,6,opt,name=generate,proto3" json:"generate,omitempty"`
+	Tick     bool `protobuf:"varint,7,opt,name=tick,proto3" json:"tick,omitempty"`
+	// The type runs as one instance (one reader, writer or listener): the
+	// host refuses an app that asks for more (flowlet.TypeInfo's
+	// SingleInstance). An older plugin leaves it false.
+	SingleInstance bool `protobuf:"varint,8,opt,name=single_instance,json=singleInstance,proto3" json:"single_instance,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TypeInfo) Reset() {
@@ -491,6 +499,72 @@ func (x *TypeInfo) GetTick() bool {
 	return false
 }
 
+func (x *TypeInfo) GetSingleInstance() bool {
+	if x != nil {
+		return x.SingleInstance
+	}
+	return false
+}
+
+// CheckConfigResponse is the outcome of CheckConfig: error is empty when
+// the config is fine.
+type CheckConfigResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What is wrong, without the flowlet's name or the field (the host says
+	// `flowlet "<name>": config field "<field>": <error>`, or
+	// `flowlet "<name>": config: <error>` without a field).
+	Error string `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	// The config field (a key of the `config:` mapping) the error is about,
+	// empty for the config as a whole; the host points at it.
+	Field         string `protobuf:"bytes,2,opt,name=field,proto3" json:"field,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckConfigResponse) Reset() {
+	*x = CheckConfigResponse{}
+	mi := &file_flowlet_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckConfigResponse) ProtoMessage() {}
+
+func (x *CheckConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlet_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckConfigResponse.ProtoReflect.Descriptor instead.
+func (*CheckConfigResponse) Descriptor() ([]byte, []int) {
+	return file_flowlet_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CheckConfigResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *CheckConfigResponse) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
 type InitRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -506,7 +580,7 @@ type InitRequest struct {
 
 func (x *InitRequest) Reset() {
 	*x = InitRequest{}
-	mi := &file_flowlet_proto_msgTypes[5]
+	mi := &file_flowlet_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +592,7 @@ func (x *InitRequest) String() string {
 func (*InitRequest) ProtoMessage() {}
 
 func (x *InitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[5]
+	mi := &file_flowlet_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +605,7 @@ func (x *InitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitRequest.ProtoReflect.Descriptor instead.
 func (*InitRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{5}
+	return file_flowlet_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *InitRequest) GetName() string {
@@ -578,7 +652,7 @@ type InitResponse struct {
 
 func (x *InitResponse) Reset() {
 	*x = InitResponse{}
-	mi := &file_flowlet_proto_msgTypes[6]
+	mi := &file_flowlet_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +664,7 @@ func (x *InitResponse) String() string {
 func (*InitResponse) ProtoMessage() {}
 
 func (x *InitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[6]
+	mi := &file_flowlet_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +677,7 @@ func (x *InitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResponse.ProtoReflect.Descriptor instead.
 func (*InitResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{6}
+	return file_flowlet_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InitResponse) GetInfo() *TypeInfo {
@@ -623,7 +697,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_flowlet_proto_msgTypes[7]
+	mi := &file_flowlet_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +709,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[7]
+	mi := &file_flowlet_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +722,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{7}
+	return file_flowlet_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KeyValue) GetName() string {
@@ -680,7 +754,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_flowlet_proto_msgTypes[8]
+	mi := &file_flowlet_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +766,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[8]
+	mi := &file_flowlet_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +779,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{8}
+	return file_flowlet_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Event) GetId() string {
@@ -766,7 +840,7 @@ type StepRequest struct {
 
 func (x *StepRequest) Reset() {
 	*x = StepRequest{}
-	mi := &file_flowlet_proto_msgTypes[9]
+	mi := &file_flowlet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +852,7 @@ func (x *StepRequest) String() string {
 func (*StepRequest) ProtoMessage() {}
 
 func (x *StepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[9]
+	mi := &file_flowlet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +865,7 @@ func (x *StepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepRequest.ProtoReflect.Descriptor instead.
 func (*StepRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{9}
+	return file_flowlet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StepRequest) GetCallId() uint64 {
@@ -828,7 +902,7 @@ type BatchRequest struct {
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_flowlet_proto_msgTypes[10]
+	mi := &file_flowlet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +914,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[10]
+	mi := &file_flowlet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +927,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{10}
+	return file_flowlet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BatchRequest) GetStep() *StepRequest {
@@ -902,7 +976,7 @@ type PackedEvents struct {
 
 func (x *PackedEvents) Reset() {
 	*x = PackedEvents{}
-	mi := &file_flowlet_proto_msgTypes[11]
+	mi := &file_flowlet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +988,7 @@ func (x *PackedEvents) String() string {
 func (*PackedEvents) ProtoMessage() {}
 
 func (x *PackedEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[11]
+	mi := &file_flowlet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +1001,7 @@ func (x *PackedEvents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PackedEvents.ProtoReflect.Descriptor instead.
 func (*PackedEvents) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{11}
+	return file_flowlet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PackedEvents) GetPayloads() []byte {
@@ -1003,7 +1077,7 @@ type EventKeys struct {
 
 func (x *EventKeys) Reset() {
 	*x = EventKeys{}
-	mi := &file_flowlet_proto_msgTypes[12]
+	mi := &file_flowlet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1089,7 @@ func (x *EventKeys) String() string {
 func (*EventKeys) ProtoMessage() {}
 
 func (x *EventKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[12]
+	mi := &file_flowlet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1102,7 @@ func (x *EventKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventKeys.ProtoReflect.Descriptor instead.
 func (*EventKeys) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{12}
+	return file_flowlet_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *EventKeys) GetEvent() uint32 {
@@ -1059,7 +1133,7 @@ type Emit struct {
 
 func (x *Emit) Reset() {
 	*x = Emit{}
-	mi := &file_flowlet_proto_msgTypes[13]
+	mi := &file_flowlet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1145,7 @@ func (x *Emit) String() string {
 func (*Emit) ProtoMessage() {}
 
 func (x *Emit) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[13]
+	mi := &file_flowlet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1158,7 @@ func (x *Emit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Emit.ProtoReflect.Descriptor instead.
 func (*Emit) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{13}
+	return file_flowlet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Emit) GetOutput() string {
@@ -1143,7 +1217,7 @@ type StateOp struct {
 
 func (x *StateOp) Reset() {
 	*x = StateOp{}
-	mi := &file_flowlet_proto_msgTypes[14]
+	mi := &file_flowlet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1229,7 @@ func (x *StateOp) String() string {
 func (*StateOp) ProtoMessage() {}
 
 func (x *StateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[14]
+	mi := &file_flowlet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1168,7 +1242,7 @@ func (x *StateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateOp.ProtoReflect.Descriptor instead.
 func (*StateOp) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{14}
+	return file_flowlet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StateOp) GetKind() StateOp_Kind {
@@ -1221,7 +1295,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_flowlet_proto_msgTypes[15]
+	mi := &file_flowlet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1307,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[15]
+	mi := &file_flowlet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1320,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{15}
+	return file_flowlet_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeadLetter) GetPayload() []byte {
@@ -1292,7 +1366,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_flowlet_proto_msgTypes[16]
+	mi := &file_flowlet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1378,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[16]
+	mi := &file_flowlet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1391,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{16}
+	return file_flowlet_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Error) GetKind() Error_Kind {
@@ -1378,7 +1452,7 @@ type StepResponse struct {
 
 func (x *StepResponse) Reset() {
 	*x = StepResponse{}
-	mi := &file_flowlet_proto_msgTypes[17]
+	mi := &file_flowlet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1464,7 @@ func (x *StepResponse) String() string {
 func (*StepResponse) ProtoMessage() {}
 
 func (x *StepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[17]
+	mi := &file_flowlet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1477,7 @@ func (x *StepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepResponse.ProtoReflect.Descriptor instead.
 func (*StepResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{17}
+	return file_flowlet_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StepResponse) GetEmits() []*Emit {
@@ -1476,7 +1550,7 @@ type PackedEmits struct {
 
 func (x *PackedEmits) Reset() {
 	*x = PackedEmits{}
-	mi := &file_flowlet_proto_msgTypes[18]
+	mi := &file_flowlet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1562,7 @@ func (x *PackedEmits) String() string {
 func (*PackedEmits) ProtoMessage() {}
 
 func (x *PackedEmits) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[18]
+	mi := &file_flowlet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1575,7 @@ func (x *PackedEmits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PackedEmits.ProtoReflect.Descriptor instead.
 func (*PackedEmits) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{18}
+	return file_flowlet_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PackedEmits) GetOutputs() []string {
@@ -1596,7 +1670,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_flowlet_proto_msgTypes[19]
+	mi := &file_flowlet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1682,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[19]
+	mi := &file_flowlet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1695,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{19}
+	return file_flowlet_proto_rawDescGZIP(), []int{20}
 }
 
 type CloseResponse struct {
@@ -1633,7 +1707,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_flowlet_proto_msgTypes[20]
+	mi := &file_flowlet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1719,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[20]
+	mi := &file_flowlet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1732,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{20}
+	return file_flowlet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CloseResponse) GetError() string {
@@ -1680,7 +1754,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_flowlet_proto_msgTypes[21]
+	mi := &file_flowlet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1766,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[21]
+	mi := &file_flowlet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1779,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{21}
+	return file_flowlet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetRequest) GetCallId() uint64 {
@@ -1746,7 +1820,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_flowlet_proto_msgTypes[22]
+	mi := &file_flowlet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1832,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[22]
+	mi := &file_flowlet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1845,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{22}
+	return file_flowlet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetResponse) GetValue() []byte {
@@ -1800,7 +1874,7 @@ type CounterGetRequest struct {
 
 func (x *CounterGetRequest) Reset() {
 	*x = CounterGetRequest{}
-	mi := &file_flowlet_proto_msgTypes[23]
+	mi := &file_flowlet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1886,7 @@ func (x *CounterGetRequest) String() string {
 func (*CounterGetRequest) ProtoMessage() {}
 
 func (x *CounterGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[23]
+	mi := &file_flowlet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +1899,7 @@ func (x *CounterGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterGetRequest.ProtoReflect.Descriptor instead.
 func (*CounterGetRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{23}
+	return file_flowlet_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CounterGetRequest) GetCallId() uint64 {
@@ -1865,7 +1939,7 @@ type CounterGetResponse struct {
 
 func (x *CounterGetResponse) Reset() {
 	*x = CounterGetResponse{}
-	mi := &file_flowlet_proto_msgTypes[24]
+	mi := &file_flowlet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +1951,7 @@ func (x *CounterGetResponse) String() string {
 func (*CounterGetResponse) ProtoMessage() {}
 
 func (x *CounterGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[24]
+	mi := &file_flowlet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +1964,7 @@ func (x *CounterGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterGetResponse.ProtoReflect.Descriptor instead.
 func (*CounterGetResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{24}
+	return file_flowlet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CounterGetResponse) GetCount() int64 {
@@ -1920,7 +1994,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_flowlet_proto_msgTypes[25]
+	mi := &file_flowlet_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2006,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[25]
+	mi := &file_flowlet_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2019,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{25}
+	return file_flowlet_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ScanRequest) GetCallId() uint64 {
@@ -2029,7 +2103,7 @@ type ScanEntry struct {
 
 func (x *ScanEntry) Reset() {
 	*x = ScanEntry{}
-	mi := &file_flowlet_proto_msgTypes[26]
+	mi := &file_flowlet_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +2115,7 @@ func (x *ScanEntry) String() string {
 func (*ScanEntry) ProtoMessage() {}
 
 func (x *ScanEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[26]
+	mi := &file_flowlet_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,7 +2128,7 @@ func (x *ScanEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanEntry.ProtoReflect.Descriptor instead.
 func (*ScanEntry) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{26}
+	return file_flowlet_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ScanEntry) GetKey() []byte {
@@ -2089,7 +2163,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_flowlet_proto_msgTypes[27]
+	mi := &file_flowlet_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2175,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[27]
+	mi := &file_flowlet_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2188,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{27}
+	return file_flowlet_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ScanResponse) GetEntries() []*ScanEntry {
@@ -2141,7 +2215,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_flowlet_proto_msgTypes[28]
+	mi := &file_flowlet_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2227,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[28]
+	mi := &file_flowlet_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2240,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{28}
+	return file_flowlet_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ApplyRequest) GetCallId() uint64 {
@@ -2191,7 +2265,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_flowlet_proto_msgTypes[29]
+	mi := &file_flowlet_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2277,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlet_proto_msgTypes[29]
+	mi := &file_flowlet_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2290,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_flowlet_proto_rawDescGZIP(), []int{29}
+	return file_flowlet_proto_rawDescGZIP(), []int{30}
 }
 
 var File_flowlet_proto protoreflect.FileDescriptor
@@ -2240,7 +2314,7 @@ const file_flowlet_proto_rawDesc = "" +
 	"\rPROCESS_BATCH\x10\x01\x12\f\n" +
 	"\bGENERATE\x10\x02\x12\b\n" +
 	"\x04TICK\x10\x03\"\x11\n" +
-	"\x0fDescribeRequest\"\xac\x01\n" +
+	"\x0fDescribeRequest\"\xd5\x01\n" +
 	"\bTypeInfo\x12\x18\n" +
 	"\aoutputs\x18\x01 \x03(\tR\aoutputs\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\bR\x06source\x12\x12\n" +
@@ -2248,7 +2322,11 @@ const file_flowlet_proto_rawDesc = "" +
 	"\x03doc\x18\x04 \x01(\tR\x03doc\x12\x18\n" +
 	"\aprocess\x18\x05 \x01(\bR\aprocess\x12\x1a\n" +
 	"\bgenerate\x18\x06 \x01(\bR\bgenerate\x12\x12\n" +
-	"\x04tick\x18\a \x01(\bR\x04tick\"\xa2\x01\n" +
+	"\x04tick\x18\a \x01(\bR\x04tick\x12'\n" +
+	"\x0fsingle_instance\x18\b \x01(\bR\x0esingleInstance\"A\n" +
+	"\x13CheckConfigResponse\x12\x14\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error\x12\x14\n" +
+	"\x05field\x18\x02 \x01(\tR\x05field\"\xa2\x01\n" +
 	"\vInitRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\x05R\binstance\x12\x1c\n" +
@@ -2399,9 +2477,10 @@ const file_flowlet_proto_rawDesc = "" +
 	"\fApplyRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x123\n" +
 	"\x06writes\x18\x02 \x03(\v2\x1b.flowrun.flowlet.v1.StateOpR\x06writes\"\x0f\n" +
-	"\rApplyResponse2\x84\x05\n" +
+	"\rApplyResponse2\xdd\x05\n" +
 	"\aFlowlet\x12M\n" +
-	"\bDescribe\x12#.flowrun.flowlet.v1.DescribeRequest\x1a\x1c.flowrun.flowlet.v1.TypeInfo\x12I\n" +
+	"\bDescribe\x12#.flowrun.flowlet.v1.DescribeRequest\x1a\x1c.flowrun.flowlet.v1.TypeInfo\x12W\n" +
+	"\vCheckConfig\x12\x1f.flowrun.flowlet.v1.InitRequest\x1a'.flowrun.flowlet.v1.CheckConfigResponse\x12I\n" +
 	"\x04Init\x12\x1f.flowrun.flowlet.v1.InitRequest\x1a .flowrun.flowlet.v1.InitResponse\x12R\n" +
 	"\fProcessBatch\x12 .flowrun.flowlet.v1.BatchRequest\x1a .flowrun.flowlet.v1.StepResponse\x12M\n" +
 	"\bGenerate\x12\x1f.flowrun.flowlet.v1.StepRequest\x1a .flowrun.flowlet.v1.StepResponse\x12I\n" +
@@ -2429,92 +2508,95 @@ func file_flowlet_proto_rawDescGZIP() []byte {
 }
 
 var file_flowlet_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_flowlet_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_flowlet_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_flowlet_proto_goTypes = []any{
-	(StepCall_Op)(0),           // 0: flowrun.flowlet.v1.StepCall.Op
-	(StateOp_Kind)(0),          // 1: flowrun.flowlet.v1.StateOp.Kind
-	(Error_Kind)(0),            // 2: flowrun.flowlet.v1.Error.Kind
-	(*ChannelRequest)(nil),     // 3: flowrun.flowlet.v1.ChannelRequest
-	(*ChannelResponse)(nil),    // 4: flowrun.flowlet.v1.ChannelResponse
-	(*StepCall)(nil),           // 5: flowrun.flowlet.v1.StepCall
-	(*DescribeRequest)(nil),    // 6: flowrun.flowlet.v1.DescribeRequest
-	(*TypeInfo)(nil),           // 7: flowrun.flowlet.v1.TypeInfo
-	(*InitRequest)(nil),        // 8: flowrun.flowlet.v1.InitRequest
-	(*InitResponse)(nil),       // 9: flowrun.flowlet.v1.InitResponse
-	(*KeyValue)(nil),           // 10: flowrun.flowlet.v1.KeyValue
-	(*Event)(nil),              // 11: flowrun.flowlet.v1.Event
-	(*StepRequest)(nil),        // 12: flowrun.flowlet.v1.StepRequest
-	(*BatchRequest)(nil),       // 13: flowrun.flowlet.v1.BatchRequest
-	(*PackedEvents)(nil),       // 14: flowrun.flowlet.v1.PackedEvents
-	(*EventKeys)(nil),          // 15: flowrun.flowlet.v1.EventKeys
-	(*Emit)(nil),               // 16: flowrun.flowlet.v1.Emit
-	(*StateOp)(nil),            // 17: flowrun.flowlet.v1.StateOp
-	(*DeadLetter)(nil),         // 18: flowrun.flowlet.v1.DeadLetter
-	(*Error)(nil),              // 19: flowrun.flowlet.v1.Error
-	(*StepResponse)(nil),       // 20: flowrun.flowlet.v1.StepResponse
-	(*PackedEmits)(nil),        // 21: flowrun.flowlet.v1.PackedEmits
-	(*CloseRequest)(nil),       // 22: flowrun.flowlet.v1.CloseRequest
-	(*CloseResponse)(nil),      // 23: flowrun.flowlet.v1.CloseResponse
-	(*GetRequest)(nil),         // 24: flowrun.flowlet.v1.GetRequest
-	(*GetResponse)(nil),        // 25: flowrun.flowlet.v1.GetResponse
-	(*CounterGetRequest)(nil),  // 26: flowrun.flowlet.v1.CounterGetRequest
-	(*CounterGetResponse)(nil), // 27: flowrun.flowlet.v1.CounterGetResponse
-	(*ScanRequest)(nil),        // 28: flowrun.flowlet.v1.ScanRequest
-	(*ScanEntry)(nil),          // 29: flowrun.flowlet.v1.ScanEntry
-	(*ScanResponse)(nil),       // 30: flowrun.flowlet.v1.ScanResponse
-	(*ApplyRequest)(nil),       // 31: flowrun.flowlet.v1.ApplyRequest
-	(*ApplyResponse)(nil),      // 32: flowrun.flowlet.v1.ApplyResponse
+	(StepCall_Op)(0),            // 0: flowrun.flowlet.v1.StepCall.Op
+	(StateOp_Kind)(0),           // 1: flowrun.flowlet.v1.StateOp.Kind
+	(Error_Kind)(0),             // 2: flowrun.flowlet.v1.Error.Kind
+	(*ChannelRequest)(nil),      // 3: flowrun.flowlet.v1.ChannelRequest
+	(*ChannelResponse)(nil),     // 4: flowrun.flowlet.v1.ChannelResponse
+	(*StepCall)(nil),            // 5: flowrun.flowlet.v1.StepCall
+	(*DescribeRequest)(nil),     // 6: flowrun.flowlet.v1.DescribeRequest
+	(*TypeInfo)(nil),            // 7: flowrun.flowlet.v1.TypeInfo
+	(*CheckConfigResponse)(nil), // 8: flowrun.flowlet.v1.CheckConfigResponse
+	(*InitRequest)(nil),         // 9: flowrun.flowlet.v1.InitRequest
+	(*InitResponse)(nil),        // 10: flowrun.flowlet.v1.InitResponse
+	(*KeyValue)(nil),            // 11: flowrun.flowlet.v1.KeyValue
+	(*Event)(nil),               // 12: flowrun.flowlet.v1.Event
+	(*StepRequest)(nil),         // 13: flowrun.flowlet.v1.StepRequest
+	(*BatchRequest)(nil),        // 14: flowrun.flowlet.v1.BatchRequest
+	(*PackedEvents)(nil),        // 15: flowrun.flowlet.v1.PackedEvents
+	(*EventKeys)(nil),           // 16: flowrun.flowlet.v1.EventKeys
+	(*Emit)(nil),                // 17: flowrun.flowlet.v1.Emit
+	(*StateOp)(nil),             // 18: flowrun.flowlet.v1.StateOp
+	(*DeadLetter)(nil),          // 19: flowrun.flowlet.v1.DeadLetter
+	(*Error)(nil),               // 20: flowrun.flowlet.v1.Error
+	(*StepResponse)(nil),        // 21: flowrun.flowlet.v1.StepResponse
+	(*PackedEmits)(nil),         // 22: flowrun.flowlet.v1.PackedEmits
+	(*CloseRequest)(nil),        // 23: flowrun.flowlet.v1.CloseRequest
+	(*CloseResponse)(nil),       // 24: flowrun.flowlet.v1.CloseResponse
+	(*GetRequest)(nil),          // 25: flowrun.flowlet.v1.GetRequest
+	(*GetResponse)(nil),         // 26: flowrun.flowlet.v1.GetResponse
+	(*CounterGetRequest)(nil),   // 27: flowrun.flowlet.v1.CounterGetRequest
+	(*CounterGetResponse)(nil),  // 28: flowrun.flowlet.v1.CounterGetResponse
+	(*ScanRequest)(nil),         // 29: flowrun.flowlet.v1.ScanRequest
+	(*ScanEntry)(nil),           // 30: flowrun.flowlet.v1.ScanEntry
+	(*ScanResponse)(nil),        // 31: flowrun.flowlet.v1.ScanResponse
+	(*ApplyRequest)(nil),        // 32: flowrun.flowlet.v1.ApplyRequest
+	(*ApplyResponse)(nil),       // 33: flowrun.flowlet.v1.ApplyResponse
 }
 var file_flowlet_proto_depIdxs = []int32{
 	0,  // 0: flowrun.flowlet.v1.StepCall.op:type_name -> flowrun.flowlet.v1.StepCall.Op
-	12, // 1: flowrun.flowlet.v1.StepCall.step:type_name -> flowrun.flowlet.v1.StepRequest
-	13, // 2: flowrun.flowlet.v1.StepCall.batch:type_name -> flowrun.flowlet.v1.BatchRequest
+	13, // 1: flowrun.flowlet.v1.StepCall.step:type_name -> flowrun.flowlet.v1.StepRequest
+	14, // 2: flowrun.flowlet.v1.StepCall.batch:type_name -> flowrun.flowlet.v1.BatchRequest
 	7,  // 3: flowrun.flowlet.v1.InitResponse.info:type_name -> flowrun.flowlet.v1.TypeInfo
-	10, // 4: flowrun.flowlet.v1.Event.keys:type_name -> flowrun.flowlet.v1.KeyValue
-	12, // 5: flowrun.flowlet.v1.BatchRequest.step:type_name -> flowrun.flowlet.v1.StepRequest
-	11, // 6: flowrun.flowlet.v1.BatchRequest.events:type_name -> flowrun.flowlet.v1.Event
-	14, // 7: flowrun.flowlet.v1.BatchRequest.packed:type_name -> flowrun.flowlet.v1.PackedEvents
-	15, // 8: flowrun.flowlet.v1.PackedEvents.keys:type_name -> flowrun.flowlet.v1.EventKeys
-	10, // 9: flowrun.flowlet.v1.EventKeys.keys:type_name -> flowrun.flowlet.v1.KeyValue
-	10, // 10: flowrun.flowlet.v1.Emit.keys:type_name -> flowrun.flowlet.v1.KeyValue
+	11, // 4: flowrun.flowlet.v1.Event.keys:type_name -> flowrun.flowlet.v1.KeyValue
+	13, // 5: flowrun.flowlet.v1.BatchRequest.step:type_name -> flowrun.flowlet.v1.StepRequest
+	12, // 6: flowrun.flowlet.v1.BatchRequest.events:type_name -> flowrun.flowlet.v1.Event
+	15, // 7: flowrun.flowlet.v1.BatchRequest.packed:type_name -> flowrun.flowlet.v1.PackedEvents
+	16, // 8: flowrun.flowlet.v1.PackedEvents.keys:type_name -> flowrun.flowlet.v1.EventKeys
+	11, // 9: flowrun.flowlet.v1.EventKeys.keys:type_name -> flowrun.flowlet.v1.KeyValue
+	11, // 10: flowrun.flowlet.v1.Emit.keys:type_name -> flowrun.flowlet.v1.KeyValue
 	1,  // 11: flowrun.flowlet.v1.StateOp.kind:type_name -> flowrun.flowlet.v1.StateOp.Kind
 	2,  // 12: flowrun.flowlet.v1.Error.kind:type_name -> flowrun.flowlet.v1.Error.Kind
-	16, // 13: flowrun.flowlet.v1.StepResponse.emits:type_name -> flowrun.flowlet.v1.Emit
-	17, // 14: flowrun.flowlet.v1.StepResponse.writes:type_name -> flowrun.flowlet.v1.StateOp
-	18, // 15: flowrun.flowlet.v1.StepResponse.dead_letters:type_name -> flowrun.flowlet.v1.DeadLetter
-	19, // 16: flowrun.flowlet.v1.StepResponse.error:type_name -> flowrun.flowlet.v1.Error
-	21, // 17: flowrun.flowlet.v1.StepResponse.packed_emits:type_name -> flowrun.flowlet.v1.PackedEmits
-	17, // 18: flowrun.flowlet.v1.GetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
-	17, // 19: flowrun.flowlet.v1.CounterGetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
-	17, // 20: flowrun.flowlet.v1.ScanRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
-	29, // 21: flowrun.flowlet.v1.ScanResponse.entries:type_name -> flowrun.flowlet.v1.ScanEntry
-	17, // 22: flowrun.flowlet.v1.ApplyRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	17, // 13: flowrun.flowlet.v1.StepResponse.emits:type_name -> flowrun.flowlet.v1.Emit
+	18, // 14: flowrun.flowlet.v1.StepResponse.writes:type_name -> flowrun.flowlet.v1.StateOp
+	19, // 15: flowrun.flowlet.v1.StepResponse.dead_letters:type_name -> flowrun.flowlet.v1.DeadLetter
+	20, // 16: flowrun.flowlet.v1.StepResponse.error:type_name -> flowrun.flowlet.v1.Error
+	22, // 17: flowrun.flowlet.v1.StepResponse.packed_emits:type_name -> flowrun.flowlet.v1.PackedEmits
+	18, // 18: flowrun.flowlet.v1.GetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	18, // 19: flowrun.flowlet.v1.CounterGetRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	18, // 20: flowrun.flowlet.v1.ScanRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
+	30, // 21: flowrun.flowlet.v1.ScanResponse.entries:type_name -> flowrun.flowlet.v1.ScanEntry
+	18, // 22: flowrun.flowlet.v1.ApplyRequest.writes:type_name -> flowrun.flowlet.v1.StateOp
 	6,  // 23: flowrun.flowlet.v1.Flowlet.Describe:input_type -> flowrun.flowlet.v1.DescribeRequest
-	8,  // 24: flowrun.flowlet.v1.Flowlet.Init:input_type -> flowrun.flowlet.v1.InitRequest
-	13, // 25: flowrun.flowlet.v1.Flowlet.ProcessBatch:input_type -> flowrun.flowlet.v1.BatchRequest
-	12, // 26: flowrun.flowlet.v1.Flowlet.Generate:input_type -> flowrun.flowlet.v1.StepRequest
-	12, // 27: flowrun.flowlet.v1.Flowlet.Tick:input_type -> flowrun.flowlet.v1.StepRequest
-	22, // 28: flowrun.flowlet.v1.Flowlet.Close:input_type -> flowrun.flowlet.v1.CloseRequest
-	5,  // 29: flowrun.flowlet.v1.Flowlet.Steps:input_type -> flowrun.flowlet.v1.StepCall
-	3,  // 30: flowrun.flowlet.v1.Flowlet.OpenChannel:input_type -> flowrun.flowlet.v1.ChannelRequest
-	24, // 31: flowrun.flowlet.v1.Host.Get:input_type -> flowrun.flowlet.v1.GetRequest
-	26, // 32: flowrun.flowlet.v1.Host.CounterGet:input_type -> flowrun.flowlet.v1.CounterGetRequest
-	28, // 33: flowrun.flowlet.v1.Host.Scan:input_type -> flowrun.flowlet.v1.ScanRequest
-	31, // 34: flowrun.flowlet.v1.Host.Apply:input_type -> flowrun.flowlet.v1.ApplyRequest
-	7,  // 35: flowrun.flowlet.v1.Flowlet.Describe:output_type -> flowrun.flowlet.v1.TypeInfo
-	9,  // 36: flowrun.flowlet.v1.Flowlet.Init:output_type -> flowrun.flowlet.v1.InitResponse
-	20, // 37: flowrun.flowlet.v1.Flowlet.ProcessBatch:output_type -> flowrun.flowlet.v1.StepResponse
-	20, // 38: flowrun.flowlet.v1.Flowlet.Generate:output_type -> flowrun.flowlet.v1.StepResponse
-	20, // 39: flowrun.flowlet.v1.Flowlet.Tick:output_type -> flowrun.flowlet.v1.StepResponse
-	23, // 40: flowrun.flowlet.v1.Flowlet.Close:output_type -> flowrun.flowlet.v1.CloseResponse
-	20, // 41: flowrun.flowlet.v1.Flowlet.Steps:output_type -> flowrun.flowlet.v1.StepResponse
-	4,  // 42: flowrun.flowlet.v1.Flowlet.OpenChannel:output_type -> flowrun.flowlet.v1.ChannelResponse
-	25, // 43: flowrun.flowlet.v1.Host.Get:output_type -> flowrun.flowlet.v1.GetResponse
-	27, // 44: flowrun.flowlet.v1.Host.CounterGet:output_type -> flowrun.flowlet.v1.CounterGetResponse
-	30, // 45: flowrun.flowlet.v1.Host.Scan:output_type -> flowrun.flowlet.v1.ScanResponse
-	32, // 46: flowrun.flowlet.v1.Host.Apply:output_type -> flowrun.flowlet.v1.ApplyResponse
-	35, // [35:47] is the sub-list for method output_type
-	23, // [23:35] is the sub-list for method input_type
+	9,  // 24: flowrun.flowlet.v1.Flowlet.CheckConfig:input_type -> flowrun.flowlet.v1.InitRequest
+	9,  // 25: flowrun.flowlet.v1.Flowlet.Init:input_type -> flowrun.flowlet.v1.InitRequest
+	14, // 26: flowrun.flowlet.v1.Flowlet.ProcessBatch:input_type -> flowrun.flowlet.v1.BatchRequest
+	13, // 27: flowrun.flowlet.v1.Flowlet.Generate:input_type -> flowrun.flowlet.v1.StepRequest
+	13, // 28: flowrun.flowlet.v1.Flowlet.Tick:input_type -> flowrun.flowlet.v1.StepRequest
+	23, // 29: flowrun.flowlet.v1.Flowlet.Close:input_type -> flowrun.flowlet.v1.CloseRequest
+	5,  // 30: flowrun.flowlet.v1.Flowlet.Steps:input_type -> flowrun.flowlet.v1.StepCall
+	3,  // 31: flowrun.flowlet.v1.Flowlet.OpenChannel:input_type -> flowrun.flowlet.v1.ChannelRequest
+	25, // 32: flowrun.flowlet.v1.Host.Get:input_type -> flowrun.flowlet.v1.GetRequest
+	27, // 33: flowrun.flowlet.v1.Host.CounterGet:input_type -> flowrun.flowlet.v1.CounterGetRequest
+	29, // 34: flowrun.flowlet.v1.Host.Scan:input_type -> flowrun.flowlet.v1.ScanRequest
+	32, // 35: flowrun.flowlet.v1.Host.Apply:input_type -> flowrun.flowlet.v1.ApplyRequest
+	7,  // 36: flowrun.flowlet.v1.Flowlet.Describe:output_type -> flowrun.flowlet.v1.TypeInfo
+	8,  // 37: flowrun.flowlet.v1.Flowlet.CheckConfig:output_type -> flowrun.flowlet.v1.CheckConfigResponse
+	10, // 38: flowrun.flowlet.v1.Flowlet.Init:output_type -> flowrun.flowlet.v1.InitResponse
+	21, // 39: flowrun.flowlet.v1.Flowlet.ProcessBatch:output_type -> flowrun.flowlet.v1.StepResponse
+	21, // 40: flowrun.flowlet.v1.Flowlet.Generate:output_type -> flowrun.flowlet.v1.StepResponse
+	21, // 41: flowrun.flowlet.v1.Flowlet.Tick:output_type -> flowrun.flowlet.v1.StepResponse
+	24, // 42: flowrun.flowlet.v1.Flowlet.Close:output_type -> flowrun.flowlet.v1.CloseResponse
+	21, // 43: flowrun.flowlet.v1.Flowlet.Steps:output_type -> flowrun.flowlet.v1.StepResponse
+	4,  // 44: flowrun.flowlet.v1.Flowlet.OpenChannel:output_type -> flowrun.flowlet.v1.ChannelResponse
+	26, // 45: flowrun.flowlet.v1.Host.Get:output_type -> flowrun.flowlet.v1.GetResponse
+	28, // 46: flowrun.flowlet.v1.Host.CounterGet:output_type -> flowrun.flowlet.v1.CounterGetResponse
+	31, // 47: flowrun.flowlet.v1.Host.Scan:output_type -> flowrun.flowlet.v1.ScanResponse
+	33, // 48: flowrun.flowlet.v1.Host.Apply:output_type -> flowrun.flowlet.v1.ApplyResponse
+	36, // [36:49] is the sub-list for method output_type
+	23, // [23:36] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name
@@ -2531,7 +2613,7 @@ func file_flowlet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flowlet_proto_rawDesc), len(file_flowlet_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -5,7 +5,11 @@
 // GRPCBroker so that state reads see the step's transaction.
 //
 // Handshake: magic cookie FLOWRUN_PLUGIN=flowlet-5c1d0a3e, protocol
-// version 1, AutoMTLS.
+// version 1, AutoMTLS. Protocol version 1 grows only compatibly: new fields
+// (which an older peer ignores or leaves at their zero value) and new
+// optional RPCs (which an older plugin answers with UNIMPLEMENTED, and the
+// host then does without), such as TypeInfo.single_instance and
+// CheckConfig.
 //
 // Go code is generated into proto/flowletpb (see proto/generate.go).
 
@@ -31,6 +35,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Flowlet_Describe_FullMethodName     = "/flowrun.flowlet.v1.Flowlet/Describe"
+	Flowlet_CheckConfig_FullMethodName  = "/flowrun.flowlet.v1.Flowlet/CheckConfig"
 	Flowlet_Init_FullMethodName         = "/flowrun.flowlet.v1.Flowlet/Init"
 	Flowlet_ProcessBatch_FullMethodName = "/flowrun.flowlet.v1.Flowlet/ProcessBatch"
 	Flowlet_Generate_FullMethodName     = "/flowrun.flowlet.v1.Flowlet/Generate"
@@ -50,6 +55,18 @@ type FlowletClient interface {
 	// Describe returns what the plugin's flowlet type declares and
 	// implements. It may be called before Init.
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*TypeInfo, error)
+	// CheckConfig checks a flowlet's config without side effects (no file
+	// opened, no port bound, no Host service: host_broker_id is 0, instance
+	// is 0), as `flowrun validate` and every run do after Describe, before
+	// anything is created, so that a mistake is reported at the flowlet's
+	// place in the app file. The host may call it before Init, on the
+	// process it then initializes: it must not change the process's state.
+	// Optional: a plugin that does not implement it (UNIMPLEMENTED: a plugin
+	// built with an older SDK, or in another language) gets no check, and a
+	// bad config shows at Init. The Go SDK calls the type's
+	// flowlet.ConfigChecker on a fresh value, and answers "ok" for a type
+	// without one.
+	CheckConfig(ctx context.Context, in *InitRequest, opts ...grpc.CallOption) (*CheckConfigResponse, error)
 	// Init creates the flowlet and runs its Init. The host calls it once per
 	// process, before any step, and again after a restart.
 	Init(ctx context.Context, in *InitRequest, opts ...grpc.CallOption) (*InitResponse, error)
@@ -99,6 +116,16 @@ func (c *flowletClient) Describe(ctx context.Context, in *DescribeRequest, opts 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(TypeInfo)
 	err := c.cc.Invoke(ctx, Flowlet_Describe_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *flowletClient) CheckConfig(ctx context.Context, in *InitRequest, opts ...grpc.CallOption) (*CheckConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckConfigResponse)
+	err := c.cc.Invoke(ctx, Flowlet_CheckConfig_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -188,6 +215,18 @@ type FlowletServer interface {
 	// Describe returns what the plugin's flowlet type declares and
 	// implements. It may be called before Init.
 	Describe(context.Context, *DescribeRequest) (*TypeInfo, error)
+	// CheckConfig checks a flowlet's config without side effects (no file
+	// opened, no port bound, no Host service: host_broker_id is 0, instance
+	// is 0), as `flowrun validate` and every run do after Describe, before
+	// anything is created, so that a mistake is reported at the flowlet's
+	// place in the app file. The host may call it before Init, on the
+	// process it then initializes: it must not change the process's state.
+	// Optional: a plugin that does not implement it (UNIMPLEMENTED: a plugin
+	// built with an older SDK, or in another language) gets no check, and a
+	// bad config shows at Init. The Go SDK calls the type's
+	// flowlet.ConfigChecker on a fresh value, and answers "ok" for a type
+	// without one.
+	CheckConfig(context.Context, *InitRequest) (*CheckConfigResponse, error)
 	// Init creates the flowlet and runs its Init. The host calls it once per
 	// process, before any step, and again after a restart.
 	Init(context.Context, *InitRequest) (*InitResponse, error)
@@ -235,6 +274,9 @@ type UnimplementedFlowletServer struct{}
 
 func (UnimplementedFlowletServer) Describe(context.Context, *DescribeRequest) (*TypeInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method Describe not implemented")
+}
+func (UnimplementedFlowletServer) CheckConfig(context.Context, *InitRequest) (*CheckConfigResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckConfig not implemented")
 }
 func (UnimplementedFlowletServer) Init(context.Context, *InitRequest) (*InitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Init not implemented")
@@ -292,6 +334,24 @@ func _Flowlet_Describe_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(FlowletServer).Describe(ctx, req.(*DescribeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Flowlet_CheckConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FlowletServer).CheckConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Flowlet_CheckConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FlowletServer).CheckConfig(ctx, req.(*InitRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -421,6 +481,10 @@ var Flowlet_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Describe",
 			Handler:    _Flowlet_Describe_Handler,
+		},
+		{
+			MethodName: "CheckConfig",
+			Handler:    _Flowlet_CheckConfig_Handler,
 		},
 		{
 			MethodName: "Init",

@@ -43,6 +43,11 @@ func requirePython(t *testing.T) {
 }
 
 // dlCtx is a step Context that can dead-letter, as the runtime's can.
+// bare is a flowlettest Context with only the methods of flowlet.Context
+// (whatever optional ones flowlettest's has): a host's Context that cannot
+// dead-letter.
+type bare struct{ flowlet.Context }
+
 type dlCtx struct {
 	*flowlettest.Context
 	payloads []string
@@ -124,7 +129,7 @@ func TestPluginhost(t *testing.T) {
 	// A bad line with a Context that cannot dead-letter: a permanent error,
 	// nothing of the step applied.
 	ctx.Reset()
-	err = ctx.Process(f, events(3, "x", "bad y")...)
+	err = f.(flowlet.BatchProcessor).ProcessBatch(bare{ctx}, events(3, "x", "bad y"))
 	var se *pluginhost.StepError
 	if !errors.As(err, &se) || !flowlet.IsPermanent(err) || !strings.Contains(err.Error(), "bad line") {
 		t.Fatalf("bad line: %v (%T), permanent %v", err, err, flowlet.IsPermanent(err))
