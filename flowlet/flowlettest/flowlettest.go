@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/flowrun/flowrun/flowlet"
 )
@@ -37,6 +38,18 @@ type Context struct {
 	counters map[string]*counters
 	emitted  []Emitted
 	pending  []Emitted
+	emitErr  error // the step's first failed Emit: it fails the step, as in the runtime
+	dead     []DeadLetter
+	deadPend []DeadLetter
+}
+
+// DeadLetter is an event a step put in the dead-letter queue itself
+// (DeadLetter or DeadLetterEvent).
+type DeadLetter struct {
+	Payload []byte
+	Reason  string
+	// Event is the input event, for DeadLetterEvent; nil for DeadLetter.
+	Event *flowlet.Event
 }
 
 var _ flowlet.Context = (*Context)(nil)
@@ -70,18 +83,42 @@ func (c *Context) RequireKey(output, name string) *Context { c.keys[output] = na
 
 // Emit implements flowlet.Context.
 func (c *Context) Emit(output string, payload []byte, opts ...flowlet.EmitOption) error {
+	fail := func(err error) error {
+		if c.emitErr == nil {
+			c.emitErr = err
+		}
+		return err
+	}
 	if c.outputs != nil && !slices.Contains(c.outputs, output) {
-		return fmt.Errorf("flowlettest: flowlet %q has no output %q (outputs: %s)", c.name, output, strings.Join(c.outputs, ", "))
+		return fail(fmt.Errorf("flowlettest: flowlet %q has no output %q (outputs: %s)", c.name, output, strings.Join(c.outputs, ", ")))
 	}
 	o := flowlet.ResolveEmitOptions(opts)
 	if k, ok := c.keys[output]; ok {
 		if _, set := o.Key(k); !set {
-			return fmt.Errorf("flowlettest: emit on %q without its partition key %q", output, k)
+			return fail(fmt.Errorf("flowlettest: emit on %q without its partition key %q", output, k))
 		}
 	}
 	c.pending = append(c.pending, Emitted{Output: output, Payload: bytes.Clone(payload), EmitOptions: o})
 	return nil
 }
+
+// DeadLetter puts payload in the flowlet's dead-letter queue with the step,
+// as the runtime's Context does (runtime.DeadLetterer).
+func (c *Context) DeadLetter(payload []byte, reason string) error {
+	c.deadPend = append(c.deadPend, DeadLetter{Payload: bytes.Clone(payload), Reason: reason})
+	return nil
+}
+
+// DeadLetterEvent puts an input event in the flowlet's dead-letter queue
+// with the step, as the runtime's Context does (runtime.EventDeadLetterer).
+func (c *Context) DeadLetterEvent(ev flowlet.Event, reason string) error {
+	ev.Payload = bytes.Clone(ev.Payload)
+	c.deadPend = append(c.deadPend, DeadLetter{Payload: ev.Payload, Reason: reason, Event: &ev})
+	return nil
+}
+
+// DeadLetters returns what committed steps dead-lettered themselves, in order.
+func (c *Context) DeadLetters() []DeadLetter { return slices.Clone(c.dead) }
 
 // State implements flowlet.Context.
 func (c *Context) State(name string) flowlet.Table {
@@ -135,6 +172,9 @@ func (c *Context) Commit() {
 	}
 	c.emitted = append(c.emitted, c.pending...)
 	c.pending = nil
+	c.dead = append(c.dead, c.deadPend...)
+	c.deadPend = nil
+	c.emitErr = nil
 }
 
 // Abort ends the current step as failed: its writes and emits are dropped.
@@ -146,9 +186,14 @@ func (c *Context) Abort() {
 		clear(n.buf)
 	}
 	c.pending = nil
+	c.deadPend = nil
+	c.emitErr = nil
 }
 
 func (c *Context) end(err error) error {
+	if err == nil {
+		err = c.emitErr // an ignored failed Emit fails the step
+	}
 	if err != nil {
 		c.Abort()
 		return err
@@ -195,9 +240,12 @@ func (c *Context) Generate(f flowlet.Flowlet) error {
 		return fmt.Errorf("flowlettest: %T does not implement Generate", f)
 	}
 	err := s.Generate(c)
-	if isEndOrIdle(err) {
+	if isEndOrIdle(err) && c.emitErr == nil {
 		c.Commit()
 		return err
+	}
+	if isEndOrIdle(err) {
+		err = c.emitErr
 	}
 	return c.end(err)
 }
@@ -273,11 +321,17 @@ func (c *Context) CountersMap(name string) map[string]int64 {
 	return out
 }
 
-// Event returns an input event with payload and the given keys and headers.
+// Event returns an input event with payload and the given keys and headers,
+// and an ID of its own ("test/1", "test/2", …), kept when the same value is
+// processed again, as the runtime redelivers an event with its ID. Set the
+// Input field for a flowlet with several inputs.
 func Event(payload string, opts ...flowlet.EmitOption) flowlet.Event {
 	o := flowlet.ResolveEmitOptions(opts)
-	return flowlet.Event{Payload: []byte(payload), Keys: o.Keys, EventTime: o.EventTime, TraceID: o.TraceID}
+	id := fmt.Sprintf("test/%d", eventSeq.Add(1))
+	return flowlet.Event{ID: id, Payload: []byte(payload), Keys: o.Keys, EventTime: o.EventTime, TraceID: o.TraceID}
 }
+
+var eventSeq atomic.Int64
 
 type table struct {
 	committed map[string][]byte

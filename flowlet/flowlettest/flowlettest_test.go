@@ -105,3 +105,47 @@ func TestStepSemantics(t *testing.T) {
 		t.Fatal("Tick on a flowlet without Tick")
 	}
 }
+
+// careless ignores Emit's error; dead dead-letters what it cannot use.
+type careless struct{}
+
+func (careless) Process(ctx flowlet.Context, ev flowlet.Event) error {
+	if err := ctx.State("t").Put([]byte("k"), ev.Payload); err != nil {
+		return err
+	}
+	_ = ctx.Emit("out", ev.Payload) // no key: fails, ignored
+	return nil
+}
+
+type dead struct{}
+
+func (dead) Process(ctx flowlet.Context, ev flowlet.Event) error {
+	dl := ctx.(interface {
+		DeadLetterEvent(flowlet.Event, string) error
+	})
+	return dl.DeadLetterEvent(ev, "unusable")
+}
+
+// As in the runtime: an ignored failed Emit fails the step (no state write
+// lands); events have IDs, kept when the same value is processed again; a
+// step's own dead letters commit with it.
+func TestRuntimeParity(t *testing.T) {
+	ctx := New("c").RequireKey("out", "k")
+	if err := ctx.Process(careless{}, Event("x")); err == nil || !strings.Contains(err.Error(), "without its partition key") {
+		t.Fatalf("a step whose Emit failed: %v, want the emit error", err)
+	}
+	if _, ok := ctx.Get("t", "k"); ok {
+		t.Error("the failed step's state write landed")
+	}
+	a, b := Event("a"), Event("b")
+	if a.ID == "" || a.ID == b.ID {
+		t.Errorf("event ids %q and %q: want distinct, non-empty", a.ID, b.ID)
+	}
+	if err := ctx.Process(dead{}, a); err != nil {
+		t.Fatal(err)
+	}
+	dls := ctx.DeadLetters()
+	if len(dls) != 1 || dls[0].Reason != "unusable" || dls[0].Event == nil || dls[0].Event.ID != a.ID || string(dls[0].Payload) != "a" {
+		t.Fatalf("dead letters %+v", dls)
+	}
+}
