@@ -53,6 +53,9 @@ func (a *App) Scale(ctx context.Context, flowletName string, n int) (int, error)
 	if len(frt.fl.Inputs) == 0 {
 		return 0, fmt.Errorf("%w: %q is a source (its instances split the input by instance count)", ErrNotScalable, flowletName)
 	}
+	if frt.typ.Info.SingleInstance && n != 1 {
+		return 0, fmt.Errorf("%w: %q (type %s) runs as a single instance", ErrNotScalable, flowletName, frt.typ.Name)
+	}
 	if m := a.maxScale(frt); n < 1 || n > m {
 		return 0, fmt.Errorf("%w: instances must be in [1, %d] (the partitions of its input queues), not %d", ErrBadRequest, m, n)
 	}

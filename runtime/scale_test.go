@@ -199,8 +199,9 @@ func checkSeq(t *testing.T, a *runtime.App, fl string, total, keys int) {
 	}
 }
 
-// TestScaleRefusedByInit: a sink whose Init refuses a second instance keeps
-// its count, and the app goes on and drains with the sink's output intact.
+// TestScaleRefusedByInit: a single-instance sink (its type says so, and its
+// Init would refuse too) keeps its count, and the app goes on and drains
+// with the sink's output intact.
 func TestScaleRefusedByInit(t *testing.T) {
 	dir := t.TempDir()
 	yaml := `
@@ -226,7 +227,7 @@ connections:
 	for ok := false; !ok; ok, _ = a.Ready() {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if _, err := a.Scale(ctx, "out", 2); !errors.Is(err, runtime.ErrNotScalable) || !strings.Contains(err.Error(), "instances must be 1") {
+	if _, err := a.Scale(ctx, "out", 2); !errors.Is(err, runtime.ErrNotScalable) || !strings.Contains(err.Error(), "runs as a single instance") {
 		t.Errorf("scaling a file_sink to 2: %v", err)
 	}
 	if n := a.Instances("out"); n != 1 {
