@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/flowrun/flowrun/internal/suggest"
 )
 
 // Config is a flowlet's `config:` mapping from the app YAML, with typed
@@ -266,6 +268,9 @@ func (c Config) Known(known ...string) error {
 		return c.errorf("", "unknown fields %s (this flowlet takes no config)", strings.Join(unknown, ", "))
 	}
 	if len(unknown) == 1 {
+		if best := suggest.Closest(unknown[0], k); best != "" {
+			return c.errorf(unknown[0], "unknown field; did you mean %q? (known: %s)", best, strings.Join(k, ", "))
+		}
 		return c.errorf(unknown[0], "unknown field (known: %s)", strings.Join(k, ", "))
 	}
 	return c.errorf("", "unknown fields %s (known: %s)", strings.Join(unknown, ", "), strings.Join(k, ", "))

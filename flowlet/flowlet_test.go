@@ -87,7 +87,8 @@ func TestConfig(t *testing.T) {
 		{second(c.Float("inf", 0)), `config field "inf": want a finite number, got +Inf`},
 		{second(c.Int("long", 0)), `config field "long": want an integer, got the string "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"… (1000 bytes)`},
 		{c.Require("path", "addr"), `flowlet "reader": config field "addr": required but not set`},
-		{NewConfig("x", map[string]any{"pth": 1}).Known("path"), `flowlet "x": config field "pth": unknown field (known: path)`},
+		{NewConfig("x", map[string]any{"pth": 1}).Known("path"), `flowlet "x": config field "pth": unknown field; did you mean "path"? (known: path)`},
+		{NewConfig("x", map[string]any{"zzz": 1}).Known("path"), `flowlet "x": config field "zzz": unknown field (known: path)`},
 		{NewConfig("x", map[string]any{"b": 1, "a": 1}).Known("path"), `flowlet "x": config: unknown fields a, b (known: path)`},
 	}
 	for i, ec := range errCases {

@@ -54,7 +54,7 @@ connections:
 		t.Fatalf("got %v, want a planner.ErrorList", err)
 	}
 	want := []string{
-		`:3:33: flowlet "g": config field "cont": unknown field (known: batch, count, keys, payload, rate)`,
+		`:3:33: flowlet "g": config field "cont": unknown field; did you mean "count"? (known: batch, count, keys, payload, rate)`,
 		`:6:5: flowlet "src": config field "path": required but not set`,
 		`:8:49: flowlet "h": config field "max_backlog": want a whole number >= 0 (0: no bound), not -1`,
 		`:11:16: flowlet "out": type file_sink runs as a single instance`,

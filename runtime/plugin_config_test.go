@@ -50,7 +50,7 @@ func TestPluginConfigCheck(t *testing.T) {
 		config    string
 		want      string
 	}{
-		{"misspelled", 1, "{posion: 3}", `app.yaml:7:3: flowlet "avg": config field "posion": unknown field (known: max_instances, panic_check, position)`},
+		{"misspelled", 1, "{posion: 3}", `app.yaml:7:3: flowlet "avg": config field "posion": unknown field; did you mean "position"? (known: max_instances, panic_check, position)`},
 		{"value", 1, "{position: -1}", `app.yaml:7:3: flowlet "avg": config field "position": must not be negative, got -1`},
 		{"instances", 3, "{max_instances: 2}", `app.yaml:7:3: flowlet "avg": plugin %s runs as a single instance (one reader, writer or listener); instances must be 1, got 3`},
 	}
@@ -117,7 +117,7 @@ func TestPluginConfigCheckAPI(t *testing.T) {
 			t.Fatalf("%s: %v (%T), want one planner error", name, err, err)
 		}
 		e := el[0]
-		if e.Line != 7 || e.Col != 3 || e.Msg != `flowlet "avg": config field "posion": unknown field (known: max_instances, panic_check, position)` {
+		if e.Line != 7 || e.Col != 3 || e.Msg != `flowlet "avg": config field "posion": unknown field; did you mean "position"? (known: max_instances, panic_check, position)` {
 			t.Errorf("%s: %+v", name, e)
 		}
 	}

@@ -64,7 +64,7 @@ func TestServerCheckConfig(t *testing.T) {
 		t.Errorf("Describe: %v", d)
 	}
 	r, err := s.CheckConfig(context.Background(), &pb.InitRequest{Name: "avg", Instances: 3, ConfigJson: `{"size": 2, "sise": 1}`})
-	if err != nil || r.Field != "sise" || r.Error != "unknown field (known: size)" {
+	if err != nil || r.Field != "sise" || r.Error != "unknown field; did you mean \"size\"? (known: size)" {
 		t.Errorf("got %v, %v", r, err)
 	}
 	if last.got.Name != "avg" || last.got.Instances != 3 || last.got.Instance != 0 || s.f != nil {

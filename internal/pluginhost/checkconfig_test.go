@@ -32,7 +32,7 @@ func TestCheckConfig(t *testing.T) {
 		field     string
 		msg       string
 	}{
-		{map[string]any{"posion": 3}, 1, "posion", `flowlet "avg": config field "posion": unknown field (known: max_instances, panic_check, position)`},
+		{map[string]any{"posion": 3}, 1, "posion", `flowlet "avg": config field "posion": unknown field; did you mean "position"? (known: max_instances, panic_check, position)`},
 		{map[string]any{"position": -1}, 1, "position", `flowlet "avg": config field "position": must not be negative, got -1`},
 		{map[string]any{"position": "x"}, 1, "position", `flowlet "avg": config field "position": want an integer, got the string "x"`},
 		{map[string]any{"max_instances": 2}, 3, "", `flowlet "avg": config: 3 instances, at most 2`},
