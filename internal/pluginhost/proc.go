@@ -227,6 +227,16 @@ func (p *Plugin) logger(idx int) *slog.Logger {
 func (p *Plugin) handshakeError(err error, lw *logWriter) error {
 	msg := err.Error()
 	tail := lw.tail()
+	// The plugin's stderr is copied by another goroutine and can lag its
+	// exit or its stdout closing (under load it did): a plugin refusing a
+	// wrong cookie says so there, so wait a moment for it before
+	// classifying a program that ended without a handshake.
+	if ended := strings.Contains(msg, "Unrecognized remote plugin message") || strings.Contains(msg, "exited before we could connect"); ended {
+		for deadline := time.Now().Add(time.Second); !strings.Contains(tail, "This binary is a plugin") && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+			tail = lw.tail()
+		}
+	}
 	var cause string
 	switch {
 	case strings.Contains(msg, "incompatible API version"):
