@@ -654,8 +654,11 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 			in.retryWait(ctx, in.backoff(n))
 			continue
 		}
+		failing := !in.frt.fails.empty()
 		for _, e := range evs {
-			in.frt.fails.forget(e.id)
+			if failing {
+				in.frt.fails.forget(e.id)
+			}
 			delete(in.isolate, e.id)
 			delete(in.truncDL, e.id)
 			delete(in.batchErr, e.id)
@@ -814,19 +817,25 @@ func (inp *input) event(en *queue.Entry) (inEvent, error) {
 // retries.max times are in its dead letters.
 func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait time.Duration) {
 	maxTries := in.fl.Retry.Max + 1
-	// An event another instance failed waits out its backoff here too.
-	now := time.Now()
-	for i := range evs {
-		if at := in.frt.fails.get(evs[i].id).retryAt; at.After(now) {
-			wait = max(wait, at.Sub(now))
+	failing := !in.frt.fails.empty()
+	if failing {
+		// An event another instance failed waits out its backoff here too.
+		now := time.Now()
+		for i := range evs {
+			if at := in.frt.fails.get(evs[i].id).retryAt; at.After(now) {
+				wait = max(wait, at.Sub(now))
+			}
 		}
-	}
-	if wait > 0 {
-		return false, wait
+		if wait > 0 {
+			return false, wait
+		}
 	}
 	live := evs // unless some are dead-lettered: then a copy of the rest
 	copied := false
 	for i := range evs {
+		if !failing {
+			break // nothing to dead-letter: live is evs
+		}
 		e := &evs[i]
 		if f := in.frt.fails.get(e.id); f.attempts >= maxTries || f.perm {
 			if !copied {

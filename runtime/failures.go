@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,6 +14,9 @@ import (
 type failureLog struct {
 	mu sync.Mutex
 	m  map[string]*failure
+	// n is len(m): steps skip the log (no lock per event) while no event
+	// of the flowlet is failing, which is nearly always.
+	n atomic.Int64
 }
 
 type failure struct {
@@ -33,6 +37,7 @@ func (l *failureLog) add(id, errText string, backoff func(int) time.Duration) in
 	if f == nil {
 		f = &failure{}
 		l.m[id] = f
+		l.n.Add(1)
 	}
 	f.attempts++
 	f.last = errText
@@ -58,12 +63,19 @@ func (l *failureLog) setPerm(id string, perm bool) {
 		f.perm = perm
 	} else if perm {
 		l.m[id] = &failure{perm: true}
+		l.n.Add(1)
 	}
 }
+
+// empty reports whether no event is failing (without the lock).
+func (l *failureLog) empty() bool { return l.n.Load() == 0 }
 
 // forget drops event id once a step that consumed it committed.
 func (l *failureLog) forget(id string) {
 	l.mu.Lock()
-	delete(l.m, id)
+	if _, ok := l.m[id]; ok {
+		delete(l.m, id)
+		l.n.Add(-1)
+	}
 	l.mu.Unlock()
 }
