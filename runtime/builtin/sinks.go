@@ -167,20 +167,21 @@ func (s *FileSink) Publish(ctx flowlet.Context) error {
 		flushed, off = binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:])
 	}
 	if !ok {
-		// The sink's first publish on this store: what the file holds is
-		// someone else's and stays (the sink appends). Its size is
-		// recorded, and committed, before anything is written: once the
-		// sink wrote, unrecorded bytes are its own, to be cut off.
+		// The sink's first publish on this store writes nothing: it
+		// records the file's size (someone else's data, which stays: the
+		// sink appends) and commits, so that once the sink has written,
+		// bytes past the recorded size are always its own unfinished
+		// publish, to be cut off — also when the first publish that wrote
+		// died before its commit (the file then held only the sink's
+		// bytes, and taking them for someone else's duplicated them).
 		fi, err := s.f.Stat()
 		if err != nil {
 			return err
 		}
-		if fi.Size() > 0 {
-			if err := meta.Put(pathKey, []byte(s.abs)); err != nil {
-				return err
-			}
-			return meta.Put(flushedKey, binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, 0), uint64(fi.Size())))
+		if err := meta.Put(pathKey, []byte(s.abs)); err != nil {
+			return err
 		}
+		return meta.Put(flushedKey, binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, 0), uint64(fi.Size())))
 	}
 	prev, pathOK, err := meta.Get(pathKey)
 	if err != nil {
