@@ -96,9 +96,6 @@ func (s *FileSource) configure(ic flowlet.InitContext) error {
 	if s.perStep < 1 {
 		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "lines_per_step", Msg: "must be at least 1"}
 	}
-	if ic.Instances != 1 {
-		return fmt.Errorf("file_source %q: instances must be 1 (one reader per file), not %d", ic.Name, ic.Instances)
-	}
 	return nil
 }
 

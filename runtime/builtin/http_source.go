@@ -113,9 +113,6 @@ func (s *HTTPSource) configure(ic flowlet.InitContext) error {
 	if s.split != "lines" && s.split != "body" {
 		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "split", Msg: fmt.Sprintf("want lines or body, got %q", s.split)}
 	}
-	if ic.Instances != 1 {
-		return fmt.Errorf("http_source %q: instances must be 1 (one listener)", ic.Name)
-	}
 	return nil
 }
 

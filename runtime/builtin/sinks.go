@@ -36,11 +36,13 @@ func init() {
 // records that size (in a commit of its own) and appends after it. The
 // file is locked (flock) while the app runs: one writer per file.
 type FileSink struct {
-	path  string
-	abs   string // path made absolute: recorded with the committed size
-	fsync bool
-	f     *os.File
-	w     *bufio.Writer
+	path string
+	abs  string // path made absolute: recorded with the committed size
+	// pathSeen: this run found abs recorded (path is read once per run).
+	pathSeen bool
+	fsync    bool
+	f        *os.File
+	w        *bufio.Writer
 }
 
 var (
@@ -100,9 +102,6 @@ func (s *FileSink) configure(ic flowlet.InitContext) error {
 	}
 	if s.fsync, err = c.Bool("fsync", true); err != nil {
 		return err
-	}
-	if ic.Instances != 1 {
-		return fmt.Errorf("file_sink %q: instances must be 1 (one writer per file)", ic.Name)
 	}
 	return nil
 }
@@ -181,17 +180,19 @@ func (s *FileSink) Publish(ctx flowlet.Context) error {
 		if err := meta.Put(pathKey, []byte(s.abs)); err != nil {
 			return err
 		}
-		return meta.Put(flushedKey, binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, 0), uint64(fi.Size())))
+		return meta.Put(flushedKey, flushedRecord(0, uint64(fi.Size())))
 	}
-	prev, pathOK, err := meta.Get(pathKey)
-	if err != nil {
-		return err
-	}
-	samePath := pathOK && string(prev) == s.abs
-	if !samePath && pathOK && off > 0 && s.otherFile(string(prev)) {
-		// The size recorded is the other file's: checking it against this
-		// one would blame a truncation that did not happen.
-		return fmt.Errorf("file_sink: the %d bytes committed so far went to %s, which still exists, and path is now %s; set path back, or move the file there", off, prev, s.abs)
+	if !s.pathSeen {
+		prev, pathOK, err := meta.Get(pathKey)
+		if err != nil {
+			return err
+		}
+		if pathOK && string(prev) != s.abs && off > 0 && s.otherFile(string(prev)) {
+			// The size recorded is the other file's: checking it against
+			// this one would blame a truncation that did not happen.
+			return fmt.Errorf("file_sink: the %d bytes committed so far went to %s, which still exists, and path is now %s; set path back, or move the file there", off, prev, s.abs)
+		}
+		s.pathSeen = pathOK && string(prev) == s.abs
 	}
 	fi, err := s.f.Stat()
 	if err != nil {
@@ -241,13 +242,18 @@ func (s *FileSink) Publish(ctx flowlet.Context) error {
 			return err
 		}
 	}
-	if !samePath {
+	if !s.pathSeen { // the next publish reads it back
 		if err := meta.Put(pathKey, []byte(s.abs)); err != nil {
 			return err
 		}
 	}
-	rec := binary.BigEndian.AppendUint64(nil, next)
-	return meta.Put(flushedKey, binary.BigEndian.AppendUint64(rec, off))
+	return meta.Put(flushedKey, flushedRecord(next, off))
+}
+
+// flushedRecord is the sink's progress: records below flushed are in the
+// file, which is off bytes long.
+func flushedRecord(flushed, off uint64) []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, flushed), off)
 }
 
 // StdoutSink writes each event's payload and "\n" to standard output once

@@ -65,9 +65,6 @@ func (s *StdinSource) configure(ic flowlet.InitContext) error {
 	if s.maxLine < 1 || s.maxLine > 1<<20 || s.perStep < 1 {
 		return &flowlet.ConfigError{Flowlet: ic.Name, Msg: "max_line_bytes must be in [1, 1MiB] and lines_per_step >= 1"}
 	}
-	if ic.Instances != 1 {
-		return fmt.Errorf("stdin_source %q: instances must be 1", ic.Name)
-	}
 	return nil
 }
 
