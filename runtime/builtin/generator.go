@@ -2,7 +2,6 @@ package builtin
 
 import (
 	"fmt"
-	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,7 +74,7 @@ func (g *Generator) Init(ic flowlet.InitContext) error {
 	if g.batch, err = c.Int("batch", 1000); err != nil {
 		return err
 	}
-	if count < 0 || g.rate < 0 || math.IsInf(g.rate, 0) || g.batch < 1 {
+	if count < 0 || g.rate < 0 || g.batch < 1 { // Float refuses infinities
 		return &flowlet.ConfigError{Flowlet: ic.Name, Msg: "count and rate must be >= 0 and batch >= 1"}
 	}
 	g.count = int64(count)
