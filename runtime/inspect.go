@@ -123,17 +123,6 @@ func (s *Store) Scan(queueName, keyName string, limit int, fn func(QueueEntry) b
 
 // ScanSelect is Scan of the entries sel selects.
 func (s *Store) ScanSelect(queueName, keyName string, limit int, sel QueueSelect, fn func(QueueEntry) bool) error {
-	if len(sel.Partitions) > 0 {
-		info, err := s.st.queues.Info(queueName)
-		if err != nil {
-			return err
-		}
-		for _, p := range sel.Partitions {
-			if p < 0 || p >= info.Config.Partitions {
-				return fmt.Errorf("%w: queue %s has partitions 0 to %d, not %d", ErrBadRequest, queueName, info.Config.Partitions-1, p)
-			}
-		}
-	}
 	dead := isDLQ(queueName)
 	var derr error
 	opts := queue.ScanOptions{Limit: limit, Partitions: sel.Partitions, From: sel.From, To: sel.To, Since: sel.Since, Until: sel.Until}

@@ -88,7 +88,7 @@ connections:
 	if n := count(runtime.QueueSelect{Since: time.Now().Add(-time.Hour), Until: time.Now().Add(time.Hour)}, func(runtime.EntryJSON) bool { return true }); n != 900 {
 		t.Errorf("the last hour: %d entries", n)
 	}
-	if _, err := s.TailSelect("gen.out", "", 0, 0, runtime.QueueSelect{Partitions: []int{4}}); err == nil || !strings.Contains(err.Error(), "has partitions 0 to 3, not 4") {
+	if _, err := s.TailSelect("gen.out", "", 0, 0, runtime.QueueSelect{Partitions: []int{4}}); err == nil || !strings.Contains(err.Error(), "partition 4 not in [0, 4)") {
 		t.Errorf("partition 4 of 4: %v", err)
 	}
 }

@@ -314,7 +314,7 @@ func writeErr(w http.ResponseWriter, code int, err error) {
 func fail(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, runtime.ErrBadRequest), errors.Is(err, queue.ErrBadName), errors.Is(err, queue.ErrEventTooLarge):
+	case errors.Is(err, runtime.ErrBadRequest), errors.Is(err, queue.ErrBadName), errors.Is(err, queue.ErrBadConfig), errors.Is(err, queue.ErrEventTooLarge):
 		code = http.StatusBadRequest
 	case errors.Is(err, runtime.ErrUnknownFlowlet), errors.Is(err, queue.ErrUnknownQueue), errors.Is(err, errNotFound):
 		code = http.StatusNotFound
