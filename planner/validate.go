@@ -242,10 +242,14 @@ func (v *validator) checkConfig(f *flowletSpec) {
 	v.errs.add(pos, "%s", err.Error())
 }
 
-func checkRange(errs *errorSink, f field[int], name string, lo, hi int) {
+// checkRange reports a set value outside [lo, hi] and says whether the
+// field holds a good value.
+func checkRange(errs *errorSink, f field[int], name string, lo, hi int) bool {
 	if f.set && (f.val < lo || f.val > hi) {
 		errs.add(f.pos, "%s must be between %d and %d, got %d", name, lo, hi, f.val)
+		return false
 	}
+	return f.set
 }
 
 // checkConnection reports the connection's problems and returns its edge if
@@ -326,8 +330,7 @@ func (v *validator) checkConnection(c *connectionSpec) *edge {
 		v.errs.add(c.key.pos, "key is only allowed with strategy hash (this connection uses %s)", e.strategy)
 	}
 	e.key = c.key.val
-	checkRange(v.errs, c.partitions, "partitions", 1, MaxPartitions)
-	if c.partitions.set && c.partitions.val >= 1 && c.partitions.val <= MaxPartitions {
+	if checkRange(v.errs, c.partitions, "partitions", 1, MaxPartitions) {
 		e.partitions, e.partitionsPos = c.partitions.val, c.partitions.pos
 	}
 

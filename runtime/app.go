@@ -211,20 +211,21 @@ func (s *flowletStats) setErr(err error) {
 func PlannerTypes() map[string]planner.TypeInfo {
 	m := map[string]planner.TypeInfo{}
 	for _, t := range flowlet.Types() {
-		_, ticks := t.New().(flowlet.Ticker)
-		m[t.Name] = planner.TypeInfo{Outputs: t.Info.Outputs, Source: t.Info.Source, Sink: t.Info.Sink, SingleInstance: t.Info.SingleInstance,
-			NoTick: !ticks, CheckConfig: checkConfigOf(t)}
+		f := t.New()
+		_, ticks := f.(flowlet.Ticker)
+		ti := planner.TypeInfo{Outputs: t.Info.Outputs, Source: t.Info.Source, Sink: t.Info.Sink, SingleInstance: t.Info.SingleInstance, NoTick: !ticks}
+		if _, ok := f.(flowlet.ConfigChecker); ok {
+			ti.CheckConfig = checkConfigOf(t)
+		}
+		m[t.Name] = ti
 	}
 	return m
 }
 
 // checkConfigOf runs a type's flowlet.ConfigChecker on a fresh instance, for
-// the planner (nil when the type has none). A panic is the type's bug, and
-// is reported as an error of that flowlet rather than crash validate.
+// the planner. A panic is the type's bug, and is reported as an error of
+// that flowlet rather than crash validate.
 func checkConfigOf(t flowlet.Type) func(string, int, map[string]any) error {
-	if _, ok := t.New().(flowlet.ConfigChecker); !ok {
-		return nil
-	}
 	return func(name string, instances int, config map[string]any) error {
 		if t.Info.Source {
 			_, _, rest, err := splitMaxBacklog(name, config)

@@ -86,6 +86,11 @@ func openPlugins(ctx context.Context, plan *planner.Plan, opts Options, log *slo
 	fail := func(f *planner.Flowlet, err error) {
 		errs = append(errs, &planner.Error{File: f.Pos.File, Line: f.Pos.Line, Col: f.Pos.Col, Msg: err.Error()})
 	}
+	closeAll := func() {
+		for _, p := range out {
+			p.Close()
+		}
+	}
 	var popts pluginhost.Options
 	dir := opts.appDir(plan)
 	for _, f := range plan.Flowlets {
@@ -97,36 +102,23 @@ func openPlugins(ctx context.Context, plan *planner.Plan, opts Options, log *slo
 		}
 		log.Info("opening plugin", "flowlet", f.Name, "plugin", f.Plugin, "path", pluginhost.Resolve(f.Plugin, dir), "cache", popts.CacheDir)
 		p, err := pluginhost.Open(ctx, f.Name, f.Plugin, dir, popts)
-		if err != nil && ctx.Err() != nil {
+		if err == nil {
+			out[f.Name] = p
+			if err = checkPluginInfo(f, p.Info()); err == nil {
+				err = checkPluginConfig(ctx, f, p)
+			}
+		}
+		switch {
+		case err != nil && ctx.Err() != nil:
 			// Stopped (a signal): not a problem of the app file.
-			for _, p := range out {
-				p.Close()
-			}
+			closeAll()
 			return nil, fmt.Errorf("%s: %w", f.Pos, err)
-		}
-		if err != nil {
-			fail(f, err)
-			continue
-		}
-		out[f.Name] = p
-		if err := checkPluginInfo(f, p.Info()); err != nil {
-			fail(f, err)
-			continue
-		}
-		if err := checkPluginConfig(ctx, f, p); err != nil {
-			if ctx.Err() != nil {
-				for _, p := range out {
-					p.Close()
-				}
-				return nil, fmt.Errorf("%s: %w", f.Pos, err)
-			}
+		case err != nil:
 			fail(f, err)
 		}
 	}
 	if len(errs) > 0 {
-		for _, p := range out {
-			p.Close()
-		}
+		closeAll()
 		return nil, errs
 	}
 	return out, nil
