@@ -199,9 +199,9 @@ func checkSeq(t *testing.T, a *runtime.App, fl string, total, keys int) {
 	}
 }
 
-// TestScaleRefusedByInit: a single-instance sink (its type says so, and its
-// Init would refuse too) keeps its count, and the app goes on and drains
-// with the sink's output intact.
+// TestScaleRefusedByInit: a single-instance sink (its TypeInfo says so)
+// keeps its count when asked for two, and the app goes on and drains with
+// the sink's output intact.
 func TestScaleRefusedByInit(t *testing.T) {
 	dir := t.TempDir()
 	yaml := `
