@@ -112,6 +112,8 @@ func Build(ctx context.Context, flowletName, dir string, opts Options) (string, 
 	binDir := filepath.Join(opts.CacheDir, key[:32])
 	bin := filepath.Join(binDir, name)
 	if st, err := os.Stat(bin); err == nil && st.Mode().IsRegular() {
+		markUsed(bin, time.Now())
+		trimCache(opts.CacheDir, binDir, opts.CacheMaxAge, time.Now(), opts.Logger)
 		log.Debug("plugin build cache hit", "binary", bin, "cached", true, "duration", time.Since(began).Round(time.Millisecond))
 		return bin, nil
 	}
@@ -139,6 +141,7 @@ func Build(ctx context.Context, flowletName, dir string, opts Options) (string, 
 		return "", berr("", err)
 	}
 	log.Info("plugin built", "binary", bin, "cached", false, "duration", time.Since(began).Round(time.Millisecond))
+	trimCache(opts.CacheDir, binDir, opts.CacheMaxAge, time.Now(), opts.Logger)
 	return bin, nil
 }
 

@@ -45,6 +45,10 @@ type Options struct {
 	// Env is added to the plugin processes' environment (which is the
 	// host's otherwise).
 	Env []string
+	// CacheMaxAge: built plugins unused for this long are removed from
+	// CacheDir, checked at most once a day by a build (cache.go). Default
+	// DefaultCacheMaxAge (5 days); negative keeps everything.
+	CacheMaxAge time.Duration
 }
 
 func (o *Options) defaults() {
@@ -57,6 +61,9 @@ func (o *Options) defaults() {
 			base = os.TempDir()
 		}
 		o.CacheDir = filepath.Join(base, "flowrun", "plugins")
+	}
+	if o.CacheMaxAge == 0 {
+		o.CacheMaxAge = DefaultCacheMaxAge
 	}
 	if o.GoCommand == "" {
 		o.GoCommand = "go"
@@ -79,7 +86,9 @@ func (o *Options) defaults() {
 type Plugin struct {
 	flowlet string
 	path    string // as written
-	bin     string
+	bin     string // the executable: the cache's for a built plugin
+	exe     string // what processes start: bin, or a hard link of it in sockDir
+	built   bool   // bin is in the build cache
 	sockDir string // PLUGIN_UNIX_SOCKET_DIR of its processes
 	opts    Options
 	info    *pb.TypeInfo
@@ -119,6 +128,15 @@ func Open(ctx context.Context, flowletName, path, appDir string, opts Options) (
 	// a plugin killed with kill -9 cannot leave its socket file in /tmp.
 	if p.sockDir, err = os.MkdirTemp("", "flowrun-plugin-"); err != nil {
 		return nil, &StartError{Flowlet: flowletName, Path: path, Err: err}
+	}
+	p.exe = p.bin
+	if p.built = st.IsDir(); p.built {
+		// Processes start from a link of our own: the cache entry may be
+		// trimmed by another app while this one runs (cache.go).
+		link := filepath.Join(p.sockDir, filepath.Base(p.bin))
+		if os.Link(p.bin, link) == nil {
+			p.exe = link
+		}
 	}
 	p.opts.Env = append(append([]string(nil), p.opts.Env...), "PLUGIN_UNIX_SOCKET_DIR="+p.sockDir)
 	pr, err := p.start(ctx, 0)

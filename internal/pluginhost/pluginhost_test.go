@@ -701,3 +701,39 @@ func TestUnsendableResponse(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRestartAfterCacheTrimmed: a plugin whose cache entry is removed while
+// it runs (another app trimmed the cache) still restarts after a crash: its
+// processes start from the host's own link of the binary.
+func TestRestartAfterCacheTrimmed(t *testing.T) {
+	o := options(t, nil)
+	o.CacheDir = t.TempDir() // the entry is removed below
+	p := open(t, "trimmed", "testplugin", o)
+	f := p.New()
+	ctx := flowlettest.New("trimmed")
+	if err := ctx.Init(f, map[string]any{"prefix": "t-"}); err != nil {
+		t.Fatal(err)
+	}
+	defer f.(flowlet.Closer).Close()
+	if err := os.RemoveAll(filepath.Dir(p.Binary())); err != nil {
+		t.Fatal(err)
+	}
+	old := pid(f)
+	syscall.Kill(old, syscall.SIGKILL)
+	time.Sleep(50 * time.Millisecond)
+	if err := ctx.Process(f, ev("again")); err != nil {
+		t.Fatalf("restart after the cache entry was removed: %v", err)
+	}
+	if pid(f) == old {
+		t.Fatal("the killed process was not replaced")
+	}
+	// A second instance starts a process of its own, from the link too.
+	g := p.New()
+	if err := ctx.Init(g, map[string]any{"prefix": "u-"}); err != nil {
+		t.Fatalf("new instance after the cache entry was removed: %v", err)
+	}
+	defer g.(flowlet.Closer).Close()
+	if got := ctx.Emits("out"); len(got) != 1 || got[0] != "t-AGAIN" {
+		t.Errorf("emits: %v", got)
+	}
+}

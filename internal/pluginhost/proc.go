@@ -169,7 +169,10 @@ func (p *Plugin) start(ctx context.Context, idx int) (*proc, error) {
 	// exists only to kill the group while the handshake runs (cmd.Cancel,
 	// called by exec with cmd.Process set).
 	pctx, pcancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(pctx, p.bin)
+	if p.built {
+		markUsed(p.exe, time.Now()) // the link and the entry are one file
+	}
+	cmd := exec.CommandContext(pctx, p.exe)
 	cmd.Env = append(os.Environ(), p.opts.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
