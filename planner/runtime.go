@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -30,6 +31,14 @@ type Runtime struct {
 	// DeferCommits: steps commit deferred (visible to the next steps
 	// before their sync; runtime.Options.DeferCommits).
 	DeferCommits *Setting[bool] `json:"defer_commits,omitempty"`
+	// StepTimeout: how long one step's transaction may run (ParseTimeout;
+	// runtime.Options.StepTimeout), as written. A plugin's call is killed
+	// after half of it.
+	StepTimeout *Setting[string] `json:"step_timeout,omitempty"`
+	// PluginStartTimeout: how long a plugin process may take to start and
+	// hand-shake (ParseTimeout; runtime.Options.PluginStartTimeout), as
+	// written.
+	PluginStartTimeout *Setting[string] `json:"plugin_start_timeout,omitempty"`
 }
 
 // Setting is one value of the runtime section and where the file sets it,
@@ -42,7 +51,28 @@ type Setting[T any] struct {
 
 // IsZero reports whether the file sets nothing in the runtime section.
 func (r Runtime) IsZero() bool {
-	return r.HTTP == nil && r.MemoryLimit == nil && r.MaxBacklog == nil && r.NoSync == nil && r.DeferCommits == nil
+	return r.HTTP == nil && r.MemoryLimit == nil && r.MaxBacklog == nil && r.NoSync == nil && r.DeferCommits == nil &&
+		r.StepTimeout == nil && r.PluginStartTimeout == nil
+}
+
+// MaxTimeout is the longest step or plugin start timeout: the transaction
+// coordinator's limit on a transaction's timeout (tx.Options.MaxTimeout's
+// default).
+const MaxTimeout = time.Hour
+
+// ParseTimeout reads a step or plugin start timeout: a Go duration ("90s",
+// "5m") from 1ms to MaxTimeout.
+func ParseTimeout(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%q is not a duration such as 90s or 5m", s)
+	case d < time.Millisecond:
+		return 0, fmt.Errorf("%q is below the minimum of 1ms", s)
+	case d > MaxTimeout:
+		return 0, fmt.Errorf("%q is above the maximum of 1h (a transaction's longest timeout)", s)
+	}
+	return d, nil
 }
 
 // MinMemoryLimit is the smallest memory limit: below it the garbage
@@ -104,12 +134,13 @@ func CheckListenAddr(addr string) error {
 
 // runtimeSpec is the decoded runtime section.
 type runtimeSpec struct {
-	http, memoryLimit    field[string]
-	maxBacklog           field[int]
-	noSync, deferCommits field[bool]
+	http, memoryLimit               field[string]
+	maxBacklog                      field[int]
+	noSync, deferCommits            field[bool]
+	stepTimeout, pluginStartTimeout field[string]
 }
 
-var runtimeFields = []string{"http", "memory_limit", "max_backlog", "no_sync", "defer_commits"}
+var runtimeFields = []string{"http", "memory_limit", "max_backlog", "no_sync", "defer_commits", "step_timeout", "plugin_start_timeout"}
 
 func (d *decoder) decodeRuntime(v *yaml.Node) *runtimeSpec {
 	r := &runtimeSpec{}
@@ -128,6 +159,10 @@ func (d *decoder) decodeRuntime(v *yaml.Node) *runtimeSpec {
 			r.noSync = d.boolean(v, "runtime.no_sync")
 		case "defer_commits":
 			r.deferCommits = d.boolean(v, "runtime.defer_commits")
+		case "step_timeout":
+			r.stepTimeout = d.str(v, "runtime.step_timeout")
+		case "plugin_start_timeout":
+			r.pluginStartTimeout = d.str(v, "runtime.plugin_start_timeout")
 		}
 	})
 	return r
@@ -159,6 +194,16 @@ func (v *validator) checkRuntime(r *runtimeSpec) {
 			v.errs.add(r.memoryLimit.pos, "runtime.memory_limit: %v", err)
 		}
 	}
+	for _, t := range []struct {
+		f    field[string]
+		name string
+	}{{r.stepTimeout, "step_timeout"}, {r.pluginStartTimeout, "plugin_start_timeout"}} {
+		if t.f.set {
+			if _, err := ParseTimeout(t.f.val); err != nil {
+				v.errs.add(t.f.pos, "runtime.%s: %v", t.name, err)
+			}
+		}
+	}
 }
 
 func (r *runtimeSpec) plan() Runtime {
@@ -180,6 +225,12 @@ func (r *runtimeSpec) plan() Runtime {
 	}
 	if r.deferCommits.set {
 		out.DeferCommits = &Setting[bool]{r.deferCommits.val, r.deferCommits.pos}
+	}
+	if r.stepTimeout.set {
+		out.StepTimeout = &Setting[string]{r.stepTimeout.val, r.stepTimeout.pos}
+	}
+	if r.pluginStartTimeout.set {
+		out.PluginStartTimeout = &Setting[string]{r.pluginStartTimeout.val, r.pluginStartTimeout.pos}
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The runtime section's values reach the plan with the positions of the
@@ -16,6 +17,8 @@ runtime:
   max_backlog: -1
   no_sync: false
   defer_commits: true
+  step_timeout: 90s
+  plugin_start_timeout: 2m
 flowlets: {a: {type: http_source}}
 `), testOptions())
 	if err != nil {
@@ -36,6 +39,15 @@ flowlets: {a: {type: http_source}}
 	}
 	if r.DeferCommits == nil || !r.DeferCommits.Value || r.DeferCommits.Pos.Line != 7 {
 		t.Errorf("defer_commits: %+v", r.DeferCommits)
+	}
+	if r.StepTimeout == nil || r.StepTimeout.Value != "90s" || r.StepTimeout.Pos.Line != 8 {
+		t.Errorf("step_timeout: %+v", r.StepTimeout)
+	}
+	if r.PluginStartTimeout == nil || r.PluginStartTimeout.Value != "2m" || r.PluginStartTimeout.Pos.Line != 9 {
+		t.Errorf("plugin_start_timeout: %+v", r.PluginStartTimeout)
+	}
+	if !strings.Contains(p.Text(), "step_timeout  90s") || !strings.Contains(p.Text(), "plugin_start_timeout 2m") {
+		t.Errorf("text has no timeout lines:\n%s", p.Text())
 	}
 	if !strings.Contains(p.Text(), "defer_commits true") {
 		t.Errorf("text has no defer_commits line:\n%s", p.Text())
@@ -87,6 +99,31 @@ func TestParseMemoryLimit(t *testing.T) {
 	for _, bad := range []string{"lots", "MiB", "12 parsecs", "-1GiB", "1MiB", "0", "NaN", "1e999GiB", "1..5GiB", "31MiB"} {
 		if n, kw, err := ParseMemoryLimit(bad); err == nil {
 			t.Errorf("ParseMemoryLimit(%q) = %d, %q; want an error", bad, n, kw)
+		}
+	}
+}
+
+func TestParseTimeout(t *testing.T) {
+	for in, want := range map[string]time.Duration{"1ms": time.Millisecond, "90s": 90 * time.Second, " 5m ": 5 * time.Minute, "1h": time.Hour} {
+		if d, err := ParseTimeout(in); err != nil || d != want {
+			t.Errorf("ParseTimeout(%q) = %v, %v; want %v", in, d, err, want)
+		}
+	}
+	for in, msg := range map[string]string{"0s": "below the minimum of 1ms", "-1s": "below", "999us": "below", "61m": "above the maximum of 1h",
+		"ten seconds": "not a duration", "30": "not a duration", "": "not a duration"} {
+		if d, err := ParseTimeout(in); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("ParseTimeout(%q) = %v, %v; want an error saying %q", in, d, err, msg)
+		}
+	}
+}
+
+// A bad timeout in the runtime section is an error at its position.
+func TestRuntimeTimeoutErrors(t *testing.T) {
+	_, err := Parse("app.yaml", []byte("app: x\nruntime:\n  step_timeout: 0s\n  plugin_start_timeout: 2h\nflowlets: {a: {type: http_source}}\n"), testOptions())
+	for _, want := range []string{`app.yaml:3:17: runtime.step_timeout: "0s" is below the minimum of 1ms`,
+		`app.yaml:4:25: runtime.plugin_start_timeout: "2h" is above the maximum of 1h`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want it to contain %q", err, want)
 		}
 	}
 }

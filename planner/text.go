@@ -31,6 +31,12 @@ func (p *Plan) Text() string {
 		if r.DeferCommits != nil {
 			line("defer_commits", strconv.FormatBool(r.DeferCommits.Value))
 		}
+		if r.StepTimeout != nil {
+			line("step_timeout", r.StepTimeout.Value)
+		}
+		if r.PluginStartTimeout != nil {
+			line("plugin_start_timeout", r.PluginStartTimeout.Value)
+		}
 	}
 	for _, f := range p.Flowlets {
 		fmt.Fprintf(&b, "\nflowlet %s\n", f.Name)

@@ -56,8 +56,12 @@ type Options struct {
 	// (default: PluginCacheDir).
 	PluginCacheDir string
 	// PluginCallTimeout bounds every call into a plugin process; a plugin
-	// that exceeds it is killed and the step aborts (default 30s).
+	// that exceeds it is killed and the step aborts (default: half of
+	// StepTimeout, so that the step still has time to abort or retry).
 	PluginCallTimeout time.Duration
+	// PluginStartTimeout bounds a plugin process's start and handshake
+	// (default 30s).
+	PluginStartTimeout time.Duration
 	// MaxBacklog is the back-pressure bound of sources that do not set
 	// max_backlog in their config: a source does not generate while one of
 	// its output queues has more unconsumed events than this (default
@@ -74,6 +78,9 @@ func (o *Options) withDefaults(app string) {
 	}
 	if o.StepTimeout <= 0 {
 		o.StepTimeout = time.Minute
+	}
+	if o.PluginCallTimeout <= 0 {
+		o.PluginCallTimeout = o.StepTimeout / 2
 	}
 	if o.IdleWait <= 0 {
 		o.IdleWait = 100 * time.Millisecond

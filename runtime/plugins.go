@@ -68,9 +68,10 @@ func writable(dir string) bool {
 
 func (o *Options) pluginOptions(app string, log *slog.Logger) pluginhost.Options {
 	return pluginhost.Options{
-		Logger:      log,
-		CacheDir:    PluginCacheDir(*o, app),
-		CallTimeout: o.PluginCallTimeout,
+		Logger:       log,
+		CacheDir:     PluginCacheDir(*o, app),
+		CallTimeout:  o.PluginCallTimeout,
+		StartTimeout: o.PluginStartTimeout,
 	}
 }
 

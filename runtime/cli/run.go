@@ -30,6 +30,7 @@ func (g *globals) runCmd() *cobra.Command {
 	var withPprof bool
 	var maxBacklog int
 	var memoryLimit string
+	var stepTimeout, pluginStartTimeout string
 	c := &cobra.Command{
 		Use:   "run APP.yaml",
 		Short: "run an app in the foreground until SIGINT/SIGTERM (or, with --drain, until its input is exhausted)",
@@ -83,11 +84,20 @@ non-loopback address needs a bearer token (--http-token or
 				httpToken = os.Getenv(httpapi.TokenEnv)
 			}
 			rs := resolveRunSettings(cmd.Flags().Changed, plan.Runtime,
-				runSettings{http: httpAddr, memoryLimit: memoryLimit, maxBacklog: maxBacklog, noSync: noSync, deferCommits: deferCommits})
+				runSettings{http: httpAddr, memoryLimit: memoryLimit, maxBacklog: maxBacklog, noSync: noSync, deferCommits: deferCommits,
+					stepTimeout: stepTimeout, pluginStartTimeout: pluginStartTimeout})
 			if len(rs.fromFile) > 0 {
 				log.Info("run settings from the app file", "settings", strings.Join(rs.fromFile, ", "))
 			}
 			httpAddr, memoryLimit, maxBacklog, noSync, deferCommits = rs.http, rs.memoryLimit, rs.maxBacklog, rs.noSync, rs.deferCommits
+			stepTO, err := planner.ParseTimeout(rs.stepTimeout)
+			if err != nil {
+				return rs.settingError("--step-timeout", rs.stepTimeoutPos, "runtime.step_timeout", err)
+			}
+			startTO, err := planner.ParseTimeout(rs.pluginStartTimeout)
+			if err != nil {
+				return rs.settingError("--plugin-start-timeout", rs.pluginStartTimeoutPos, "runtime.plugin_start_timeout", err)
+			}
 			limit, err := runtime.ApplyMemoryLimit(memoryLimit)
 			if err != nil {
 				return rs.settingError("--memory-limit", rs.memoryLimitPos, "runtime.memory_limit", err)
@@ -109,7 +119,8 @@ non-loopback address needs a bearer token (--http-token or
 				}
 			}
 			a, err := runtime.OpenContext(ctx, plan, runtime.Options{DataDir: g.dataDir(plan.App), NoSync: noSync, DeferCommits: deferCommits, Logger: log, Drain: drain,
-				AppDir: filepath.Dir(args[0]), PluginCacheDir: g.pluginCache, MaxBacklog: maxBacklog})
+				AppDir: filepath.Dir(args[0]), PluginCacheDir: g.pluginCache, MaxBacklog: maxBacklog,
+				StepTimeout: stepTO, PluginStartTimeout: startTO})
 			if err != nil {
 				if ctx.Err() != nil { // a signal while plugins were built or started
 					log.Info("stopped before the app started", "signal", context.Cause(ctx))
@@ -192,6 +203,8 @@ non-loopback address needs a bearer token (--http-token or
 	f.BoolVar(&withPprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP server")
 	f.IntVar(&maxBacklog, "max-backlog", runtime.DefaultMaxBacklog, "back-pressure: a source waits while an output queue has more unconsumed events than this, unless its config sets "+runtime.MaxBacklogKey+" (negative: no bound)")
 	f.StringVar(&memoryLimit, "memory-limit", "auto", `soft memory limit of the process (Go's GOMEMLIMIT): "auto" (the store's memory budget + 64MiB, unless GOMEMLIMIT is set), "off", or a size such as 512MiB or 2GiB`)
+	f.StringVar(&stepTimeout, "step-timeout", "1m", "how long one step's transaction may run (up to 1h); a plugin's call is killed after half of it")
+	f.StringVar(&pluginStartTimeout, "plugin-start-timeout", "30s", "how long a plugin process may take to start and hand-shake (up to 1h)")
 	g.addJSON(c)
 	c.Flags().Lookup("json").Usage = "at exit, write the final status as JSON to stdout"
 	return c
@@ -206,10 +219,13 @@ type runSettings struct {
 	noSync       bool
 	deferCommits bool
 
+	stepTimeout, pluginStartTimeout string
+
 	// Where the file set a value taken from it (nil: a flag or a default),
 	// and which settings came from the file, for the log.
-	httpPos, memoryLimitPos *planner.Position
-	fromFile                []string
+	httpPos, memoryLimitPos               *planner.Position
+	stepTimeoutPos, pluginStartTimeoutPos *planner.Position
+	fromFile                              []string
 }
 
 // resolveRunSettings applies the precedence of the run settings: a flag
@@ -239,6 +255,12 @@ func resolveRunSettings(changed func(flag string) bool, file planner.Runtime, fl
 	}
 	if f := file.DeferCommits; f != nil && use("defer-commits", "defer_commits") {
 		rs.deferCommits = f.Value
+	}
+	if f := file.StepTimeout; f != nil && use("step-timeout", "step_timeout") {
+		rs.stepTimeout, rs.stepTimeoutPos = f.Value, &f.Pos
+	}
+	if f := file.PluginStartTimeout; f != nil && use("plugin-start-timeout", "plugin_start_timeout") {
+		rs.pluginStartTimeout, rs.pluginStartTimeoutPos = f.Value, &f.Pos
 	}
 	return rs
 }

@@ -22,8 +22,11 @@ func TestResolveRunSettings(t *testing.T) {
 		MaxBacklog:   &planner.Setting[int]{Value: -1, Pos: pos},
 		NoSync:       &planner.Setting[bool]{Value: true, Pos: pos},
 		DeferCommits: &planner.Setting[bool]{Value: true, Pos: pos},
+		StepTimeout:  &planner.Setting[string]{Value: "5m", Pos: pos},
+
+		PluginStartTimeout: &planner.Setting[string]{Value: "2m", Pos: pos},
 	}
-	defaults := runSettings{http: "127.0.0.1:0", memoryLimit: "auto", maxBacklog: 50000}
+	defaults := runSettings{http: "127.0.0.1:0", memoryLimit: "auto", maxBacklog: 50000, stepTimeout: "1m", pluginStartTimeout: "30s"}
 	none := func(string) bool { return false }
 
 	rs := resolveRunSettings(none, planner.Runtime{}, defaults)
@@ -32,13 +35,16 @@ func TestResolveRunSettings(t *testing.T) {
 	}
 	rs = resolveRunSettings(none, file, defaults)
 	if rs.http != "127.0.0.1:8080" || rs.memoryLimit != "256MiB" || rs.maxBacklog != -1 || !rs.noSync || !rs.deferCommits ||
-		rs.httpPos == nil || *rs.httpPos != pos || rs.memoryLimitPos == nil || strings.Join(rs.fromFile, ",") != "http,memory_limit,max_backlog,no_sync,defer_commits" {
+		rs.stepTimeout != "5m" || rs.pluginStartTimeout != "2m" || rs.stepTimeoutPos == nil || rs.pluginStartTimeoutPos == nil ||
+		rs.httpPos == nil || *rs.httpPos != pos || rs.memoryLimitPos == nil ||
+		strings.Join(rs.fromFile, ",") != "http,memory_limit,max_backlog,no_sync,defer_commits,step_timeout,plugin_start_timeout" {
 		t.Errorf("from the file: %+v", rs)
 	}
 	// Every flag given, with values equal to the defaults: the flags win.
 	all := func(string) bool { return true }
 	rs = resolveRunSettings(all, file, defaults)
-	if rs.http != "127.0.0.1:0" || rs.memoryLimit != "auto" || rs.maxBacklog != 50000 || rs.noSync || rs.deferCommits || rs.httpPos != nil || rs.memoryLimitPos != nil || len(rs.fromFile) != 0 {
+	if rs.http != "127.0.0.1:0" || rs.memoryLimit != "auto" || rs.maxBacklog != 50000 || rs.noSync || rs.deferCommits || rs.httpPos != nil || rs.memoryLimitPos != nil || len(rs.fromFile) != 0 ||
+		rs.stepTimeout != "1m" || rs.pluginStartTimeout != "30s" || rs.stepTimeoutPos != nil {
 		t.Errorf("flags given: %+v, want the flags' values", rs)
 	}
 	// One flag given: only that one wins.
@@ -121,6 +127,24 @@ connections:
 	code, out = run(app(""), "--http", ":0", "--http-token", "secret")
 	if code != ExitUsage || !strings.Contains(out, `--http: ":0" has no host`) {
 		t.Fatalf("implicit every-interface --http: exit %d, want 2\n%s", code, out)
+	}
+	// Timeouts: the file's value is taken (and named in the log); a bad one
+	// is the planner's error at its position; a bad flag is a usage error.
+	code, out = run(app("  step_timeout: 2m\n  plugin_start_timeout: 45s\n"))
+	if code != 0 || !strings.Contains(out, `settings="step_timeout, plugin_start_timeout"`) {
+		t.Fatalf("timeouts from the file: exit %d\n%s", code, out)
+	}
+	code, out = run(app("  step_timeout: 0s\n"))
+	if code != ExitFailure || !strings.Contains(out, `:3:17: runtime.step_timeout: "0s" is below the minimum of 1ms`) {
+		t.Fatalf("step_timeout 0s in the file: exit %d\n%s", code, out)
+	}
+	code, out = run(app(""), "--plugin-start-timeout", "2h")
+	if code != ExitUsage || !strings.Contains(out, `--plugin-start-timeout: "2h" is above the maximum of 1h`) {
+		t.Fatalf("--plugin-start-timeout 2h: exit %d, want 2\n%s", code, out)
+	}
+	code, out = run(app(""), "--step-timeout", "soon")
+	if code != ExitUsage || !strings.Contains(out, `--step-timeout: "soon" is not a duration`) {
+		t.Fatalf("--step-timeout soon: exit %d, want 2\n%s", code, out)
 	}
 	if got := rtdebug.SetMemoryLimit(-1); got == 300<<20 || got == 400<<20 {
 		t.Errorf("the test's memory limit leaked: %d", got)
