@@ -65,6 +65,9 @@ func (d *decoder) eachPair(n *yaml.Node, where string, known []string, fn func(k
 			continue
 		}
 		first[k.Value] = k
+		if strings.HasPrefix(k.Value, "x-") && contains(known, extensionFields) {
+			continue // declares anchors; nothing else reads it
+		}
 		if known != nil && !contains(known, k.Value) {
 			hint := didYouMean(k.Value, known)
 			if hint == "" {

@@ -52,10 +52,15 @@ type field[T any] struct {
 	pos Position
 }
 
+// extensionFields in a list of known fields lets keys starting with "x-"
+// through, ignored (Docker Compose's extension fields): at the top level
+// they are where anchors shared by several flowlets are declared.
+const extensionFields = "x-*"
+
 // The known fields, in the order the spec documents them. Unknown fields are
 // errors rather than ignored, so a typo never silently becomes a default.
 var (
-	appFields        = []string{"app", "flowlets", "connections", "runtime"}
+	appFields        = []string{"app", "flowlets", "connections", "runtime", extensionFields}
 	flowletFields    = []string{"type", "plugin", "instances", "batch_size", "retries", "tick", "config"}
 	connectionFields = []string{"from", "to", "strategy", "key", "partitions"}
 	retryFields      = []string{"max", "backoff", "max_backoff"}
