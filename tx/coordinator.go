@@ -168,8 +168,11 @@ type Coordinator struct {
 	batch  Batch // reused by appendLocked, under mu
 	// maxConflictKeys is the conflict map's high-water mark, for benchmarks.
 	maxConflictKeys int
-	// realClock: Options.Now is time.Now.
+	// realClock: Options.Now is time.Now. The coordinator then reads it as
+	// wallBase + the monotonic time since monoBase (now).
 	realClock bool
+	monoBase  time.Time
+	wallBase  int64
 	// siblings counts short transactions in progress that have not begun a
 	// log write, for a log that gathers (watcher non-nil).
 	siblings atomic.Int64
@@ -207,6 +210,8 @@ func Open(opts Options) (*Coordinator, error) {
 		stop:        make(chan struct{}),
 	}
 	c.realClock = opts.realClock
+	c.monoBase = time.Now()
+	c.wallBase = c.monoBase.UnixNano()
 	c.inline = c.log == nil
 	if il, ok := c.log.(interface{ inlineAppend() bool }); ok {
 		c.inline = il.inlineAppend()
@@ -354,7 +359,7 @@ func (c *Coordinator) StartLong() (*Tx, error) {
 }
 
 func (c *Coordinator) start(kind Kind, timeout time.Duration) (*Tx, error) {
-	expires := c.opts.Now().Add(timeout).UnixNano()
+	expires := c.now() + int64(timeout)
 	// Allocate before taking the lock: under contention nearly every start
 	// follows a commit and so rebuilds the snapshot, and allocating is most
 	// of what that costs. The size is a hint; a short one is cloned anyway.
@@ -411,14 +416,20 @@ func (c *Coordinator) snapshotLocked(spare *snapshot) *snapshot {
 	return c.snap
 }
 
-// nowNanos is the coordinator's clock, reusing t when the clock is the real
-// one (a clock read is a visible share of a commit's cost).
-func (c *Coordinator) nowNanos(t time.Time) int64 {
+// now is the coordinator's clock in Unix nanoseconds. The real one is read
+// as the wall time at Open plus the monotonic time since: one clock read
+// where time.Now takes two (a visible share of a commit's cost on a VM), and
+// a timeout is a duration, which a step of the wall clock must not stretch
+// or cut short.
+func (c *Coordinator) now() int64 {
 	if c.realClock {
-		return t.UnixNano()
+		return c.wallBase + int64(time.Since(c.monoBase))
 	}
 	return c.opts.Now().UnixNano()
 }
+
+// sinceOpen is the monotonic time since Open, for latencies.
+func (c *Coordinator) sinceOpen() time.Duration { return time.Since(c.monoBase) }
 
 // liveAtLocked returns the in-progress state of tx, invalidating it first if
 // it had expired at now.
@@ -476,7 +487,7 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 	if err != nil {
 		return err
 	}
-	now := c.opts.Now().UnixNano() // read outside mu: a clock read is not free here
+	now := c.now() // read outside mu: a clock read is not free here
 	c.gate.RLock()                 // a snapshot must not fall between this change and its edit
 	defer c.gate.RUnlock()
 	c.mu.Lock()
@@ -632,9 +643,13 @@ func (p Pending) Wait() error {
 }
 
 func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, deferred bool) (Pending, error) {
-	began := time.Now()
+	began := c.sinceOpen()
+	now := c.wallBase + int64(began)
+	if !c.realClock {
+		now = c.opts.Now().UnixNano()
+	}
 	c.mu.Lock()
-	st, err := c.liveAtLocked(tx, c.nowNanos(began))
+	st, err := c.liveAtLocked(tx, now)
 	if err != nil {
 		c.mu.Unlock()
 		return Pending{}, err
@@ -657,7 +672,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 		}
 		c.mu.Unlock()
 		if err == nil {
-			c.latency.observe(time.Since(began))
+			c.latency.observe(c.sinceOpen() - began)
 		}
 		return Pending{}, err
 	}
@@ -681,7 +696,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 	c.mu.Unlock()
 	c.gate.RUnlock()
 	if err == nil {
-		c.latency.observe(time.Since(began))
+		c.latency.observe(c.sinceOpen() - began)
 	}
 	return pending, err
 }
@@ -764,7 +779,7 @@ func (c *Coordinator) removeOrderedLocked(p uint64) {
 // their writes. A long transaction is invalidated instead, because its
 // checkpoints may have persisted data that nobody tracks.
 func (c *Coordinator) Abort(tx *Tx) error {
-	now := c.opts.Now().UnixNano()
+	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st, err := c.liveAtLocked(tx, now)
@@ -820,7 +835,7 @@ func (c *Coordinator) expireLocked(st *txState) {
 // long batch can persist part of its work and keep going. The returned Tx
 // replaces tx; hand it to every participant (Context.Checkpoint does).
 func (c *Coordinator) Checkpoint(tx *Tx) (*Tx, error) {
-	now := c.opts.Now().UnixNano()
+	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st, err := c.liveAtLocked(tx, now)
@@ -846,7 +861,7 @@ func (c *Coordinator) Checkpoint(tx *Tx) (*Tx, error) {
 // ExpireTimedOut invalidates every expired in-progress transaction now and
 // returns how many it invalidated. The sweeper calls it periodically.
 func (c *Coordinator) ExpireTimedOut() int {
-	now := c.opts.Now().UnixNano()
+	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.checkOpenLocked() != nil {
