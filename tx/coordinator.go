@@ -488,7 +488,7 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 		return err
 	}
 	now := c.now() // read outside mu: a clock read is not free here
-	c.gate.RLock()                 // a snapshot must not fall between this change and its edit
+	c.gate.RLock() // a snapshot must not fall between this change and its edit
 	defer c.gate.RUnlock()
 	c.mu.Lock()
 	st, err := c.liveAtLocked(tx, now)
