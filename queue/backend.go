@@ -19,7 +19,11 @@ type Backend interface {
 	DeleteQueue(name string) error
 	// TruncateQueue drops every entry committed so far; groups stay.
 	TruncateQueue(name string) error
-	// AddGroup adds a consumer group, which starts at the oldest stored entry.
+	// AddGroup adds a consumer group. It starts where the queue's existing
+	// groups all are: an event any of them has not consumed yet is the new
+	// group's to consume, one all of them consumed is not (so a group that
+	// replaces another, a renamed consumer, neither repeats nor skips). A
+	// queue without groups starts it at the oldest stored entry.
 	AddGroup(queue string, g Group) error
 	RemoveGroup(queue, group string) error
 	// Rescale changes a group's instance count while producers and consumers

@@ -54,7 +54,8 @@ func (q *Queues) TruncateQueue(name string) error {
 	return q.b.TruncateQueue(name)
 }
 
-// AddGroup adds a consumer group.
+// AddGroup adds a consumer group, which starts where the existing groups all
+// are (Backend.AddGroup).
 func (q *Queues) AddGroup(queue string, g Group) error {
 	cfg, err := q.config(queue)
 	if err != nil {

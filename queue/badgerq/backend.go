@@ -531,14 +531,37 @@ func (b *Backend) AddGroup(name string, g queue.Group) error {
 	if q.groups[g.Name] != nil {
 		return fmt.Errorf("%w: group %q of queue %q", queue.ErrExists, g.Name, name)
 	}
+	starts, err := b.startStates(q) // start.go: where the existing groups all are
+	if err != nil {
+		return err
+	}
 	m := q.meta
-	m.Groups = append(append([]groupMeta(nil), m.Groups...), groupMeta{ID: m.NextGroup, Group: g})
+	gm := groupMeta{ID: m.NextGroup, Group: g}
+	m.Groups = append(append([]groupMeta(nil), m.Groups...), gm)
 	m.NextGroup++
-	if err := b.saveMeta(name, &m, nil); err != nil {
+	// The start states land with the group, in one write; version 0 is
+	// visible to every transaction.
+	err = b.saveMeta(name, &m, func(txn *badger.Txn) error {
+		for p, st := range starts {
+			if st != nil {
+				if err := txn.Set(stateKey(q.id, gm.ID, uint16(p)), encodeStateValue(stateVersion{st: *st})); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	q.meta = m
-	q.groups[g.Name] = newGroupRT(m.Groups[len(m.Groups)-1], q.cfg.Partitions)
+	gr := newGroupRT(gm, q.cfg.Partitions)
+	for p, st := range starts {
+		if st != nil {
+			gr.slots[p].committed = stateVersion{st: *st}
+		}
+	}
+	q.groups[g.Name] = gr
 	return nil
 }
 

@@ -29,6 +29,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 		{"BadInput", testBadInput},
 		{"Strategies", testStrategies},
 		{"EveryGroupSeesEverything", testGroups},
+		{"NewGroupStartsWhereGroupsAre", testNewGroupStart},
 		{"AbortRedelivers", testAbortRedelivers},
 		{"ProducerAbortLeavesNothing", testProducerAbort},
 		{"OlderProducerCommitsLate", testOlderProducer},
@@ -256,6 +257,103 @@ func testGroups(t *testing.T, e *Env) {
 	cb0, _ := e.Queues.Consumer("q", "b", 0)
 	cb1, _ := e.Queues.Consumer("q", "b", 1)
 	expectExactly(t, payloads(append(drain(t, e, cb0, 50), drain(t, e, cb1, 50)...)), "e", 200)
+}
+
+// testNewGroupStart: a group added to a queue that has groups starts where
+// all of them are — it gets exactly the events some existing group has not
+// consumed yet (including an older producer's that committed after the
+// consumers passed it), whatever eviction did meanwhile. A group replacing
+// another (a renamed consumer) so neither repeats nor skips anything.
+func testNewGroupStart(t *testing.T, e *Env) {
+	must(t, e.Queues.CreateQueue("q", queue.Config{Partitions: 4}))
+	must(t, e.Queues.AddGroup("q", queue.Group{Name: "a", Strategy: queue.FIFO, Instances: 1}))
+	must(t, e.Queues.AddGroup("q", queue.Group{Name: "b", Strategy: queue.RoundRobin, Instances: 2}))
+	// An older producer stays open while the consumers pass its place.
+	pOld, _ := e.Queues.Producer("q")
+	ctxOld := e.Coord.NewContext(pOld)
+	_, err := ctxOld.Start(30 * time.Second)
+	must(t, err)
+	must(t, pOld.Enqueue(context.Background(), ev("old-0")))
+	produce(t, e, "q", "e", 200, 20, nil)
+	ca, _ := e.Queues.Consumer("q", "a", 0)
+	cb0, _ := e.Queues.Consumer("q", "b", 0)
+	cb1, _ := e.Queues.Consumer("q", "b", 1)
+	take := func(c queue.Consumer, n int) map[string]int {
+		var got []queue.Entry
+		must(t, Step(e.Coord, func() (err error) { got, err = c.Dequeue(n); return err }, c))
+		return payloads(got)
+	}
+	seenA := map[string]bool{}
+	for range 4 {
+		for p := range take(ca, 30) {
+			seenA[p] = true
+		}
+	}
+	seenB := map[string]bool{}
+	for _, c := range []queue.Consumer{cb0, cb1} {
+		for p := range take(c, 30) {
+			seenB[p] = true
+		}
+	}
+	must(t, ctxOld.Finish())
+	if e.DiskBytes != nil { // let eviction delete what both consumed, where it can
+		_ = e.Queues.Maintain()
+	}
+	must(t, e.Queues.AddGroup("q", queue.Group{Name: "n", Strategy: queue.FIFO, Instances: 1}))
+	cn, _ := e.Queues.Consumer("q", "n", 0)
+	gotN := payloads(drain(t, e, cn, 50))
+	// Expected: everything but what both a and b consumed.
+	want := map[string]bool{"old-0": true}
+	for i := range 200 {
+		if p := fmt.Sprintf("e-%d", i); !seenA[p] || !seenB[p] {
+			want[p] = true
+		}
+	}
+	for p, n := range gotN {
+		if n != 1 || !want[p] {
+			t.Errorf("new group got %s %d times (consumed by both existing groups: %v)", p, n, seenA[p] && seenB[p])
+		}
+	}
+	for p := range want {
+		if gotN[p] == 0 {
+			t.Errorf("new group missed %s (consumed by a: %v, by b: %v)", p, seenA[p], seenB[p])
+		}
+	}
+	if len(seenA) != 120 || len(seenB) != 60 || len(want) < 141 {
+		t.Fatalf("setup: a consumed %d, b %d, %d left for the new group", len(seenA), len(seenB), len(want))
+	}
+
+	// A replacement: y takes over from x, which goes (a renamed consumer);
+	// y gets exactly what x had left.
+	must(t, e.Queues.CreateQueue("q2", queue.Config{Partitions: 3}))
+	must(t, e.Queues.AddGroup("q2", queue.Group{Name: "x", Strategy: queue.Hash, Instances: 2}))
+	produce(t, e, "q2", "f", 150, 10, func(i int) []byte { return []byte{byte(i % 7)} })
+	cx0, _ := e.Queues.Consumer("q2", "x", 0)
+	cx1, _ := e.Queues.Consumer("q2", "x", 1)
+	seenX := map[string]bool{}
+	for _, c := range []queue.Consumer{cx0, cx1, cx0} {
+		for p := range take(c, 25) {
+			seenX[p] = true
+		}
+	}
+	must(t, e.Queues.AddGroup("q2", queue.Group{Name: "y", Strategy: queue.FIFO, Instances: 1}))
+	must(t, e.Queues.RemoveGroup("q2", "x"))
+	cy, _ := e.Queues.Consumer("q2", "y", 0)
+	gotY := payloads(drain(t, e, cy, 40))
+	for i := range 150 {
+		p := fmt.Sprintf("f-%d", i)
+		if want := 1; seenX[p] {
+			want = 0
+			if gotY[p] != want {
+				t.Errorf("the replacement got %s, which its predecessor had consumed", p)
+			}
+		} else if gotY[p] != want {
+			t.Errorf("the replacement got %s %d times, want once", p, gotY[p])
+		}
+	}
+	if len(seenX) < 50 || len(seenX) > 100 {
+		t.Fatalf("setup: x consumed %d events of 150, want some but not all", len(seenX))
+	}
 }
 
 func testAbortRedelivers(t *testing.T, e *Env) {
