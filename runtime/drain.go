@@ -58,7 +58,7 @@ func (a *App) drain(ctx context.Context) error {
 		return nil
 	}
 	a.drained.Store(true)
-	a.log.Info("drained: sources ended and every queue is empty")
+	a.log.Info("drained: sources ended and every queue of the app is empty")
 	return nil
 }
 

@@ -28,12 +28,13 @@ func DefaultDataDir(app string) string { return filepath.Join(".flowrun", app) }
 // on it: every participant stages into the DB that holds the tx log, so every
 // step takes the single-store fast path.
 type store struct {
-	dir    string
-	db     *badger.DB
-	coord  *tx.Coordinator
-	qb     *badgerq.Backend
-	queues *queue.Queues
-	pruner *tx.Pruner
+	dir     string
+	durable bool
+	db      *badger.DB
+	coord   *tx.Coordinator
+	qb      *badgerq.Backend
+	queues  *queue.Queues
+	pruner  *tx.Pruner
 	// reads counts read-only transactions (state and queue views), which
 	// end in an abort by design.
 	reads atomic.Uint64
@@ -59,7 +60,7 @@ func openStore(dir string, o storeOptions) (*store, error) {
 		}
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	s := &store{dir: dir, db: db}
+	s := &store{dir: dir, db: db, durable: o.durable}
 	// Durability comes from the log's group sync (one DB.Sync shared by
 	// concurrent commits); the DB itself is opened without SyncWrites.
 	log, err := tx.NewBadgerLog(db, tx.BadgerLogOptions{Sync: o.durable})
