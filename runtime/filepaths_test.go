@@ -70,3 +70,52 @@ func TestFileSinkPathChangedToAnotherFile(t *testing.T) {
 		t.Fatalf("after moving the output there: %d lines", n)
 	}
 }
+
+// A user review: a file_source's path changed under a store with a committed
+// offset; the new file was read on from that offset, its first lines never
+// read, without a word. It must refuse, naming both files and the offset; a
+// project moved whole (the file at the new path is the one read) goes on.
+func TestFileSourcePathChanged(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "one")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	app := func(in string) string {
+		return `
+app: t
+flowlets:
+  src: {type: file_source, config: {path: ` + in + `, lines_per_step: 100}}
+  c: {type: t_count}
+connections:
+  - {from: src, to: c}
+`
+	}
+	in1, in2 := filepath.Join(dir, "in1.txt"), filepath.Join(dir, "in2.txt")
+	a1 := numbered(t, in1, "a", 1000)
+	numbered(t, in2, "b", 3000)
+	runDrain(t, dir, app(in1), runtime.Options{NoSync: true}).Close()
+	err := runErr(t, dir, app(in2))
+	if err == nil || !strings.Contains(err.Error(), in1) || !strings.Contains(err.Error(), in2) || !strings.Contains(err.Error(), fmt.Sprint(len(a1))) {
+		t.Fatalf("got %v, want an error naming %s, %s and the offset %d", err, in1, in2, len(a1))
+	}
+	// The project moved whole, and more lines appended: only they are new.
+	moved := filepath.Join(root, "two")
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(moved, "in1.txt"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("a1001\n")
+	f.Close()
+	a := runDrain(t, moved, app(filepath.Join(moved, "in1.txt")), runtime.Options{NoSync: true})
+	defer a.Close()
+	if n := counter(t, a, "c", "n", "total"); n != 1001 {
+		t.Fatalf("after the move: %d lines in all, want 1001", n)
+	}
+	if n := counter(t, a, "c", "seen", "a1001"); n != 1 {
+		t.Fatalf("a1001 seen %d times", n)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/flowrun/flowrun/flowlet"
 )
@@ -27,8 +28,20 @@ func init() {
 // last committed line. Lines longer than max_line_bytes go to the
 // dead-letter queue (their first 64 KiB, with offset and length) and the
 // next lines are read normally.
+//
+// With the offset the source records the fingerprint of the bytes before it
+// (their last 4 KiB), and once the file's absolute path: a run reads on from
+// the offset only in a file that holds those bytes. Under a changed path it
+// stops with an error otherwise. At the same path, a file that does not (it
+// was replaced, or truncated below the offset) is read from its start while
+// following — rotation, as tail -F does — and stops the source with an
+// error when not. While following, a new file at the path (another inode)
+// is switched to once the old one is read to its end; it is read on from
+// the offset if it holds the same bytes before it (an editor's save), else
+// from its start.
 type FileSource struct {
 	path        string
+	abs         string // path made absolute: recorded with the offset
 	follow      bool
 	maxLine     int
 	perStep     int
@@ -39,9 +52,22 @@ type FileSource struct {
 	line        []byte
 	initialized bool
 	idleSize    int64 // following: the committed offset when the last idle step found the file ending there; -1 otherwise
+	// checked: the position is known to belong to the file read (the
+	// run's first step found so, or set it to the start); want is the
+	// position the last step left, so that a step that finds another
+	// one (the last step aborted) checks again.
+	checked bool
+	want    filePos
+	atEOF   bool // the last step read to the end of the file
+	// switched: following, the file was switched to a new one at the
+	// path after the old one was read to its end.
+	switched bool
+	fpBuf    []byte
 }
 
-// state: "pos" = offset (8 bytes) + skipping flag (1 byte) + skip start (8 bytes).
+// state: "pos" = offset (8 bytes) + skipping flag (1 byte) + skip start (8
+// bytes) + fingerprint of the bytes before the offset (8 bytes; absent in
+// positions written before it was recorded); "path" = the file's absolute path.
 const deadPrefix = 64 << 10
 
 // CheckConfig implements flowlet.ConfigChecker. Whether the file can be
@@ -49,10 +75,14 @@ const deadPrefix = 64 << 10
 func (s *FileSource) CheckConfig(ic flowlet.InitContext) error { return s.configure(ic) }
 
 func (s *FileSource) Init(ic flowlet.InitContext) error {
-	if err := s.configure(ic); err != nil {
+	err := s.configure(ic)
+	if err != nil {
 		return err
 	}
 	s.bytesStep = 4 << 20
+	if s.abs, err = filepath.Abs(s.path); err != nil {
+		return fmt.Errorf("file_source %q: %w", ic.Name, err)
+	}
 	f, err := os.Open(s.path)
 	if err != nil {
 		return fmt.Errorf("file_source %q: cannot read input file: %w", ic.Name, err)
@@ -101,12 +131,17 @@ func (s *FileSource) configure(ic flowlet.InitContext) error {
 
 // Changed implements runtime.Poller while following: when the last idle
 // step found the file ending exactly at the committed offset, the runtime
-// runs the next step only once the size moved (it grew; or shrank, which
-// that step reports as an error). Anything else — a partial last line, a
-// failing stat — counts as a change.
+// runs the next step only once the size moved (it grew; or shrank: the
+// file is read again from its start) or the path names another file (a
+// rotation). Anything else — a partial last line, a failing stat — counts
+// as a change.
 func (s *FileSource) Changed() bool {
 	fi, err := s.f.Stat()
-	return err != nil || fi.Size() != s.idleSize
+	if err != nil || fi.Size() != s.idleSize {
+		return true
+	}
+	st, err := os.Stat(s.path)
+	return err == nil && !os.SameFile(st, fi)
 }
 
 func (s *FileSource) Close() error {
@@ -120,17 +155,23 @@ type filePos struct {
 	off       int64
 	skipping  bool
 	skipStart int64
+	hasFP     bool   // fp was recorded (always, since it exists)
+	fp        uint64 // fingerprint of the bytes before off
 }
 
 func loadPos(t flowlet.Table) (filePos, error) {
 	v, ok, err := t.Get(posKey)
 	if err != nil || !ok {
-		return filePos{}, err
+		return filePos{hasFP: true, fp: fingerprint(nil)}, err
 	}
-	if len(v) != 17 {
+	if len(v) != 17 && len(v) != 25 {
 		return filePos{}, fmt.Errorf("file_source: corrupt position %x", v)
 	}
-	return filePos{off: int64(binary.BigEndian.Uint64(v)), skipping: v[8] == 1, skipStart: int64(binary.BigEndian.Uint64(v[9:]))}, nil
+	p := filePos{off: int64(binary.BigEndian.Uint64(v)), skipping: v[8] == 1, skipStart: int64(binary.BigEndian.Uint64(v[9:]))}
+	if len(v) == 25 {
+		p.hasFP, p.fp = true, binary.BigEndian.Uint64(v[17:])
+	}
+	return p, nil
 }
 
 func savePos(t flowlet.Table, p filePos) error {
@@ -140,7 +181,94 @@ func savePos(t flowlet.Table, p filePos) error {
 	} else {
 		v = append(v, 0)
 	}
-	return t.Put(posKey, binary.BigEndian.AppendUint64(v, uint64(p.skipStart)))
+	v = binary.BigEndian.AppendUint64(v, uint64(p.skipStart))
+	if p.hasFP {
+		v = binary.BigEndian.AppendUint64(v, p.fp)
+	}
+	return t.Put(posKey, v)
+}
+
+// check finds out whether the committed position p belongs to the file
+// read (of size bytes): it does if the file holds the bytes fingerprinted
+// before the offset. If it does not, a changed path is an error; the same
+// path, following, is a rotated file, read from its start (p is reset);
+// not following, an error. The path is recorded when it changed.
+func (s *FileSource) check(ctx flowlet.Context, t flowlet.Table, p *filePos, size int64) error {
+	prev, pathOK, err := t.Get(pathKey)
+	if err != nil {
+		return err
+	}
+	moved := false
+	if pathOK && string(prev) != s.abs {
+		_, same := sameFileAs(string(prev), s.f)
+		moved = !same // a symlink's other name is the same file
+	}
+	if p.off > 0 {
+		ours := size >= p.off && !moved // a position from before fingerprints: as before
+		why := fmt.Sprintf("it is %d bytes", size)
+		if p.hasFP && size >= p.off {
+			if ours, err = matches(s.f, size, p.off, p.fp); err != nil {
+				return fmt.Errorf("file_source: read %s: %w", s.path, err)
+			}
+			why = fmt.Sprintf("its last %d bytes before that offset are not the ones read", min(p.off, tailWindow))
+		} else if size >= p.off {
+			why = "no fingerprint of the bytes read was recorded to tell"
+		}
+		switch {
+		case ours:
+		case moved:
+			return flowlet.Permanent(fmt.Errorf("file_source: path is now %s, but the committed offset %d is in %s, and %s is not that file (%s): reading it on from that offset would skip its first lines; set path back to %s to read on from the offset, or use a new data directory to read %s from its start", s.abs, p.off, prev, s.abs, why, prev, s.abs))
+		case s.follow && s.switched:
+			ctx.Logger().Info("file_source: a new file is at the path (rotated): reading it from its start; the old one was read to its end",
+				"path", s.abs, "old_offset", p.off)
+			*p = filePos{hasFP: true, fp: fingerprint(nil)}
+			return nil // checked once the reset committed
+		case s.follow:
+			ctx.Logger().Warn("file_source: the file is not the one the committed offset belongs to (rotated, replaced or truncated): reading it from its start; lines the old file had past the offset, if any, were not read",
+				"path", s.abs, "offset", p.off, "size", size, "reason", why)
+			*p = filePos{hasFP: true, fp: fingerprint(nil)}
+			return nil // checked once the reset committed
+		case size < p.off:
+			return flowlet.Permanent(fmt.Errorf("file_source: %s is %d bytes, shorter than the committed offset %d: the file was truncated or replaced; use a new data directory to read it again", s.path, size, p.off))
+		default:
+			return flowlet.Permanent(fmt.Errorf("file_source: %s is not the file the committed offset %d belongs to (%s): it was replaced or rewritten; use a new data directory to read it from its start", s.abs, p.off, why))
+		}
+	}
+	if !pathOK || string(prev) != s.abs {
+		if err := t.Put(pathKey, []byte(s.abs)); err != nil {
+			return err
+		}
+	}
+	s.checked, s.switched = true, false
+	return nil
+}
+
+// switchFile, following, opens the file the path names now if that is
+// not the one read (rotation, an editor's save) and reports whether it
+// did; the next step checks the position against it. The old file was
+// read to its end, but for a last line without "\n", if any.
+func (s *FileSource) switchFile(ctx flowlet.Context, old os.FileInfo, off int64) bool {
+	st, err := os.Stat(s.path)
+	if err != nil || old == nil || os.SameFile(st, old) || st.IsDir() {
+		return false // gone for now: the old file may grow yet
+	}
+	if cur, err := s.f.Stat(); err != nil || cur.Size() != old.Size() {
+		return false // the old file moved on: read it first
+	}
+	f, err := os.Open(s.path)
+	if err != nil {
+		return false
+	}
+	if old.Size() > off {
+		ctx.Logger().Warn("file_source: a new file is at the path; the old one's last line, without \"\\n\", is not read",
+			"path", s.abs, "offset", off, "bytes", old.Size()-off)
+	}
+	s.f.Close()
+	s.f = f
+	s.r.Reset(f)
+	s.initialized = false
+	s.checked, s.switched = false, true
+	return true
 }
 
 // seek positions the reader at off (after an abort or at start).
@@ -164,8 +292,25 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 		return err
 	}
 	fi, err := s.f.Stat()
-	if err == nil && fi.Size() < p.off {
-		return fmt.Errorf("file_source: %s is %d bytes, shorter than the committed offset %d: the file was truncated or replaced; use a new data directory to read it again", s.path, fi.Size(), p.off)
+	if err != nil {
+		return fmt.Errorf("file_source: stat %s: %w", s.path, err)
+	}
+	recheck := !s.checked || p != s.want || fi.Size() < p.off
+	if !recheck && s.follow && s.atEOF && p.off > 0 && p.hasFP {
+		// Read to its end last time: a file truncated in place may have
+		// grown past the offset again since (copytruncate).
+		same, err := matches(s.f, fi.Size(), p.off, p.fp)
+		if err != nil {
+			return fmt.Errorf("file_source: read %s: %w", s.path, err)
+		}
+		recheck = !same
+	}
+	loaded := p
+	if recheck {
+		s.initialized = false
+		if err := s.check(ctx, t, &p, fi.Size()); err != nil {
+			return err
+		}
 	}
 	if err := s.seek(p.off); err != nil {
 		s.initialized = false
@@ -260,12 +405,23 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 		s.line = s.line[:0]
 		s.initialized = false
 	}
-	if p != start {
+	if p.off != start.off || !p.hasFP {
+		if s.fpBuf, err = readBefore(s.f, p.off, s.fpBuf); err != nil {
+			s.initialized = false
+			return fmt.Errorf("file_source: read %s: %w", s.path, err)
+		}
+		p.hasFP, p.fp = true, fingerprint(s.fpBuf)
+	}
+	if p != loaded {
 		if err := savePos(t, p); err != nil {
 			return err
 		}
 	}
+	s.want, s.atEOF = p, eof
 	if eof && lines == 0 && p == start {
+		if s.follow && s.switchFile(ctx, fi, p.off) {
+			return nil
+		}
 		if s.follow {
 			// Only a file that ends exactly at the committed offset can
 			// skip polls until it grows: past a partial last line, a
