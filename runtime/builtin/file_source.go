@@ -299,11 +299,12 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 	if !recheck && s.follow && s.atEOF && p.off > 0 && p.hasFP {
 		// Read to its end last time: a file truncated in place may have
 		// grown past the offset again since (copytruncate).
-		same, err := matches(s.f, fi.Size(), p.off, p.fp)
-		if err != nil {
-			return fmt.Errorf("file_source: read %s: %w", s.path, err)
+		if p.off <= fi.Size() {
+			if s.fpBuf, err = readBefore(s.f, p.off, s.fpBuf); err != nil {
+				return fmt.Errorf("file_source: read %s: %w", s.path, err)
+			}
+			recheck = fingerprint(s.fpBuf) != p.fp
 		}
-		recheck = !same
 	}
 	loaded := p
 	if recheck {
