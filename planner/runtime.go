@@ -92,21 +92,39 @@ func ParseMemoryLimit(s string) (bytes int64, keyword string, err error) {
 	case "off", "none":
 		return 0, "off", nil
 	}
+	n, ok := parseSize(t)
+	if !ok {
+		return 0, "", fmt.Errorf("memory limit %q: want auto, off, or a size such as 512MiB or 2GiB", s)
+	}
+	if n < MinMemoryLimit {
+		return 0, "", fmt.Errorf("memory limit %q: below the minimum of 32MiB", s)
+	}
+	return n, "", nil
+}
+
+// ParseSize reads a size: bytes, or a number with a unit B, KiB, MiB, GiB,
+// KB, MB or GB ("512MiB", "1.5GiB", "512 MiB"); math.MaxInt64 for sizes
+// beyond.
+func ParseSize(s string) (int64, error) {
+	n, ok := parseSize(strings.TrimSpace(s))
+	if !ok {
+		return 0, fmt.Errorf("%q is not a size such as 512MiB or 2GiB", s)
+	}
+	return n, nil
+}
+
+func parseSize(t string) (int64, bool) {
 	i := strings.LastIndexAny(t, "0123456789") // the number ends there, the unit follows
 	num, unit := t[:i+1], strings.TrimSpace(t[i+1:])
 	mult := map[string]float64{"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 1e3, "mb": 1e6, "gb": 1e9}[strings.ToLower(unit)]
 	f, perr := strconv.ParseFloat(num, 64)
 	if mult == 0 || perr != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
-		return 0, "", fmt.Errorf("memory limit %q: want auto, off, or a size such as 512MiB or 2GiB", s)
+		return 0, false
 	}
-	n := f * mult
-	if n < MinMemoryLimit {
-		return 0, "", fmt.Errorf("memory limit %q: below the minimum of 32MiB", s)
+	if n := f * mult; n < math.MaxInt64 {
+		return int64(n), true
 	}
-	if n >= math.MaxInt64 {
-		return math.MaxInt64, "", nil
-	}
-	return int64(n), "", nil
+	return math.MaxInt64, true
 }
 
 // CheckListenAddr checks an HTTP listen address of the runtime section:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,11 @@ type Options struct {
 	// its output queues has more unconsumed events than this (default
 	// DefaultMaxBacklog; negative: no bound).
 	MaxBacklog int
+	// MinFreeDisk is the free space kept on the store's file system: Open
+	// refuses to start under it and a running app stops with ErrDiskSpace
+	// when it falls under it (diskspace.go). 0: DefaultMinFreeDisk;
+	// negative: no check.
+	MinFreeDisk int64
 }
 
 func (o *Options) withDefaults(app string) {
@@ -91,6 +97,9 @@ func (o *Options) withDefaults(app string) {
 	}
 	if o.MaintainInterval <= 0 {
 		o.MaintainInterval = time.Minute
+	}
+	if o.MinFreeDisk == 0 {
+		o.MinFreeDisk = DefaultMinFreeDisk
 	}
 	switch {
 	case o.MaxBacklog == 0:
@@ -278,6 +287,14 @@ func OpenContext(ctx context.Context, plan *planner.Plan, opts Options) (*App, e
 			return nil, err
 		}
 		a.plugins = ps
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
+		a.closePlugins()
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	if err := checkDiskSpace(opts.DataDir, opts.MinFreeDisk); err != nil {
+		a.closePlugins()
+		return nil, err
 	}
 	st, err := openStore(opts.DataDir, storeOptions{durable: !opts.NoSync})
 	if err != nil {
@@ -547,8 +564,9 @@ func (a *App) Run(ctx context.Context) error {
 	a.instMu.Unlock()
 	a.running.Store(true)
 	a.scaleMu.Unlock()
-	maintDone := make(chan struct{})
+	maintDone, diskDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(maintDone); a.maintain(runCtx) }()
+	go func() { defer close(diskDone); a.watchDiskSpace(runCtx) }()
 
 	var runErr error
 	if a.opts.Drain {
@@ -562,6 +580,7 @@ func (a *App) Run(ctx context.Context) error {
 	a.scaleMu.Unlock()
 	a.runWG.Wait()
 	<-maintDone
+	<-diskDone
 	select {
 	case err := <-a.fatal:
 		runErr = errors.Join(runErr, err)

@@ -31,6 +31,7 @@ func (g *globals) runCmd() *cobra.Command {
 	var maxBacklog int
 	var memoryLimit string
 	var stepTimeout, pluginStartTimeout string
+	var minFreeDisk string
 	c := &cobra.Command{
 		Use:   "run APP.yaml",
 		Short: "run an app in the foreground until SIGINT/SIGTERM (or, with --drain, until its input is exhausted)",
@@ -98,6 +99,15 @@ non-loopback address needs a bearer token (--http-token or
 			if err != nil {
 				return rs.settingError("--plugin-start-timeout", rs.pluginStartTimeoutPos, "runtime.plugin_start_timeout", err)
 			}
+			reserve := int64(-1)
+			if minFreeDisk != "off" {
+				if reserve, err = planner.ParseSize(minFreeDisk); err != nil {
+					return &exitError{ExitUsage, fmt.Errorf("--min-free-disk: %w (or off)", err)}
+				}
+				if reserve == 0 {
+					reserve = -1
+				}
+			}
 			limit, err := runtime.ApplyMemoryLimit(memoryLimit)
 			if err != nil {
 				return rs.settingError("--memory-limit", rs.memoryLimitPos, "runtime.memory_limit", err)
@@ -120,7 +130,7 @@ non-loopback address needs a bearer token (--http-token or
 			}
 			a, err := runtime.OpenContext(ctx, plan, runtime.Options{DataDir: g.dataDir(plan.App), NoSync: noSync, DeferCommits: deferCommits, Logger: log, Drain: drain,
 				AppDir: filepath.Dir(args[0]), PluginCacheDir: g.pluginCache, MaxBacklog: maxBacklog,
-				StepTimeout: stepTO, PluginStartTimeout: startTO})
+				StepTimeout: stepTO, PluginStartTimeout: startTO, MinFreeDisk: reserve})
 			if err != nil {
 				if ctx.Err() != nil { // a signal while plugins were built or started
 					log.Info("stopped before the app started", "signal", context.Cause(ctx))
@@ -205,6 +215,7 @@ non-loopback address needs a bearer token (--http-token or
 	f.StringVar(&memoryLimit, "memory-limit", "auto", `soft memory limit of the process (Go's GOMEMLIMIT): "auto" (the store's memory budget + 64MiB, unless GOMEMLIMIT is set), "off", or a size such as 512MiB or 2GiB`)
 	f.StringVar(&stepTimeout, "step-timeout", "1m", "how long one step's transaction may run (up to 1h); a plugin's call is killed after half of it")
 	f.StringVar(&pluginStartTimeout, "plugin-start-timeout", "30s", "how long a plugin process may take to start and hand-shake (up to 1h)")
+	f.StringVar(&minFreeDisk, "min-free-disk", "128MiB", "free space kept on the store's file system: the run refuses to start under it, and stops cleanly when it falls under it; off: no check")
 	g.addJSON(c)
 	c.Flags().Lookup("json").Usage = "at exit, write the final status as JSON to stdout"
 	return c

@@ -1,0 +1,82 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Disk space. Badger writes its value log and write-ahead logs through
+// memory maps of files it created sparse: when the file system runs out of
+// blocks, the write into the map faults (SIGBUS) and the process dies with a
+// Go fatal error and a goroutine dump — recovery is exact, but the operator
+// learns nothing about the cause. So the runtime keeps a reserve: it refuses
+// to start with less than Options.MinFreeDisk free on the store's file
+// system, and a running app that falls under it stops like on SIGTERM (steps
+// in flight commit or abort, with the reserve to write into) and Run
+// returns ErrDiskSpace.
+
+// DefaultMinFreeDisk is the reserve: a burst of writes within one check
+// interval (at 150 MB/s, 40 MB) plus Badger's next files (a value-log file,
+// a memtable's write-ahead log, a flushed table) fit in it.
+const DefaultMinFreeDisk = 128 << 20
+
+// diskCheckInterval is how often a running app looks at the free space.
+const diskCheckInterval = 250 * time.Millisecond
+
+// ErrDiskSpace: the store's file system has less free space than the
+// reserve.
+var ErrDiskSpace = errors.New("not enough free disk space")
+
+// freeBytes is the space an unprivileged writer may still use on dir's file
+// system.
+var freeBytes = func(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
+
+// checkDiskSpace returns ErrDiskSpace, with what to do, when dir's file
+// system has less than min bytes free (min <= 0: no check).
+func checkDiskSpace(dir string, min int64) error {
+	if min <= 0 {
+		return nil
+	}
+	free, err := freeBytes(dir)
+	if err != nil || free >= min {
+		return nil // a file system that cannot say is not refused
+	}
+	return fmt.Errorf("%w: %s has %d MiB free, under the %d MiB flowrun keeps in reserve for the store (Badger's memory-mapped writes crash the process on a full disk): free some space and run again — nothing was lost (--min-free-disk sets the reserve)",
+		ErrDiskSpace, dir, free>>20, min>>20)
+}
+
+// watchDiskSpace stops the run (stop) with ErrDiskSpace on fatal when the
+// free space falls under the reserve, until ctx ends.
+func (a *App) watchDiskSpace(ctx context.Context) {
+	if a.opts.MinFreeDisk <= 0 {
+		return
+	}
+	t := time.NewTicker(diskCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := checkDiskSpace(a.opts.DataDir, a.opts.MinFreeDisk); err != nil {
+				a.log.Error("stopping: the disk is nearly full", "data", a.opts.DataDir, "err", err)
+				select {
+				case a.fatal <- err:
+				default:
+				}
+				a.runStop()
+				return
+			}
+		}
+	}
+}
