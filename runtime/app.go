@@ -296,7 +296,7 @@ func OpenContext(ctx context.Context, plan *planner.Plan, opts Options) (*App, e
 		a.closePlugins()
 		return nil, err
 	}
-	st, err := openStore(opts.DataDir, storeOptions{durable: !opts.NoSync})
+	st, err := openStore(opts.DataDir, storeOptions{durable: !opts.NoSync, log: a.log})
 	if err != nil {
 		a.closePlugins()
 		return nil, err

@@ -38,7 +38,7 @@ func OpenStore(dir string) (*Store, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("store %s: not a directory", dir)
 	}
-	st, err := openStore(dir, storeOptions{durable: true, evictInterval: -1, gcInterval: -1})
+	st, err := openStore(dir, storeOptions{durable: true, existing: true, evictInterval: -1, gcInterval: -1})
 	if err != nil {
 		return nil, err
 	}

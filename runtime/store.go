@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,19 +42,32 @@ type store struct {
 }
 
 type storeOptions struct {
-	durable       bool
+	durable bool
+	// existing: the directory must hold a store already (read commands).
+	existing bool
+	// log receives Badger's warnings (nil: dropped).
+	log           *slog.Logger
 	evictInterval time.Duration
 	gcInterval    time.Duration
 }
 
 func openStore(dir string, o storeOptions) (*store, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("data directory: %w", err)
+	if !o.existing {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("data directory: %w", err)
+		}
+	}
+	if err := checkStoreDir(dir, o.existing); err != nil {
+		return nil, err
 	}
 	if err := badgerutil.RemoveEmptyLogFiles(dir); err != nil {
 		return nil, fmt.Errorf("data directory %s: %w", dir, err)
 	}
-	db, err := badgerq.OpenDB(dir, o.durable)
+	var blog badger.Logger
+	if o.log != nil {
+		blog = badgerLog{o.log}
+	}
+	db, err := badgerq.OpenDBLogged(dir, o.durable, blog)
 	if err != nil {
 		if strings.Contains(err.Error(), "Another process is using this Badger database") {
 			return nil, fmt.Errorf("%w: %s is in use by another flowrun process; stop it or use its status endpoint", ErrLocked, dir)

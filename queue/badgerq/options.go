@@ -60,10 +60,16 @@ import (
 // --defer-commits — need to be safe on power loss; without the hooks the
 // BadgerLog commits them durably).
 func TunedOptions(dir string, durable bool) badger.Options {
+	return TunedOptionsLogged(dir, durable, nil)
+}
+
+// TunedOptionsLogged is TunedOptions with Badger's messages going to log
+// (nil: nowhere).
+func TunedOptionsLogged(dir string, durable bool, log badger.Logger) badger.Options {
 	const memTable = 8 << 20
 	o := badger.DefaultOptions(dir).
 		WithSyncWrites(false).
-		WithLogger(nil).
+		WithLogger(log).
 		WithValueThreshold(1 << 10).
 		WithMemTableSize(memTable).
 		WithNumMemtables(3).
@@ -75,7 +81,13 @@ func TunedOptions(dir string, durable bool) badger.Options {
 		WithValueLogFileSize(16 << 20).
 		WithNumCompactors(2).
 		WithCompression(options.None).
-		WithDetectConflicts(false)
+		WithDetectConflicts(false).
+		// Damaged files give an error naming the checksum instead of
+		// garbage decoded (or a panic in a table's block iterator): values
+		// and table blocks are checked as they are read (a CRC, hardware
+		// assisted; the profiles do not show it).
+		WithVerifyValueChecksum(true).
+		WithChecksumVerificationMode(options.OnBlockRead)
 	// Every level's tables are BaseTableSize (Badger doubles them per level
 	// by default): a table builder holds its whole table in memory and
 	// Badger pools up to 8 builders' buffers, so with doubling the memory
@@ -119,6 +131,11 @@ func MemoryBudget(o badger.Options) int64 {
 // Options{Sync: true} to Open (see TunedOptions).
 func OpenDB(dir string, durable bool) (*badger.DB, error) {
 	return badger.Open(TunedOptions(dir, durable))
+}
+
+// OpenDBLogged is OpenDB with Badger's messages going to log.
+func OpenDBLogged(dir string, durable bool, log badger.Logger) (*badger.DB, error) {
+	return badger.Open(TunedOptionsLogged(dir, durable, log))
 }
 
 // MaxWrite returns Badger's bounds on one atomic write of a DB opened with o

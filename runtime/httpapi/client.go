@@ -56,8 +56,10 @@ func ReadAddrFile(dir string) (AddrInfo, error) {
 	if err != nil {
 		return info, err
 	}
-	err = json.Unmarshal(b, &info)
-	return info, err
+	if err := json.Unmarshal(b, &info); err != nil {
+		return info, fmt.Errorf("%s: %w (a damaged file: remove it, or pass --addr)", filepath.Join(dir, AddrFile), err)
+	}
+	return info, nil
 }
 
 // Client talks to a running app's API.
