@@ -178,7 +178,11 @@ non-loopback address needs a bearer token (--http-token or
 					progressView(a, g.stderr, interval, done)
 				}
 			}()
-			log.Info("running", "app", plan.App, "data", a.DataDir(), "drain", drain)
+			data := a.DataDir()
+			if abs, err := filepath.Abs(data); err == nil {
+				data = abs
+			}
+			log.Info("running", "app", plan.App, "data", data, "drain", drain)
 			runErr := a.Run(ctx)
 			stopHTTP()
 			close(done)
