@@ -125,8 +125,10 @@ func Open(ctx context.Context, flowletName, path, appDir string, opts Options) (
 		p.bin = full
 	}
 	// The plugins' sockets go to a directory of their own, removed at Close:
-	// a plugin killed with kill -9 cannot leave its socket file in /tmp.
-	if p.sockDir, err = os.MkdirTemp("", "flowrun-plugin-"); err != nil {
+	// a plugin killed with kill -9 cannot leave its socket file in /tmp. It
+	// records its owner; the directories of owners that are gone (a host
+	// killed with kill -9) are removed here (sockdir.go).
+	if p.sockDir, err = makeSockDir(os.TempDir()); err != nil {
 		return nil, &StartError{Flowlet: flowletName, Path: path, Err: err}
 	}
 	p.exe = p.bin
