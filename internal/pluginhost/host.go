@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -18,6 +19,9 @@ import (
 	"github.com/flowrun/flowrun/flowlet"
 	pb "github.com/flowrun/flowrun/proto/flowletpb"
 )
+
+// loggedFallBack: the socket directories' move to /tmp is logged once.
+var loggedFallBack atomic.Bool
 
 // Options configure how plugins are built and run. The zero value is usable.
 type Options struct {
@@ -89,7 +93,7 @@ type Plugin struct {
 	bin     string // the executable: the cache's for a built plugin
 	exe     string // what processes start: bin, or a hard link of it in sockDir
 	built   bool   // bin is in the build cache
-	sockDir string // PLUGIN_UNIX_SOCKET_DIR of its processes
+	sockDir string // holds each process's PLUGIN_UNIX_SOCKET_DIR (proc.go)
 	opts    Options
 	info    *pb.TypeInfo
 
@@ -127,9 +131,15 @@ func Open(ctx context.Context, flowletName, path, appDir string, opts Options) (
 	// The plugins' sockets go to a directory of their own, removed at Close:
 	// a plugin killed with kill -9 cannot leave its socket file in /tmp. It
 	// records its owner; the directories of owners that are gone (a host
-	// killed with kill -9) are removed here (sockdir.go).
-	if p.sockDir, err = makeSockDir(os.TempDir()); err != nil {
+	// killed with kill -9) are removed here (sockdir.go). It is in /tmp
+	// when a socket path under $TMPDIR could be too long.
+	var fellBack bool
+	if p.sockDir, fellBack, err = makeSockDir(os.TempDir(), shortTempDir); err != nil {
 		return nil, &StartError{Flowlet: flowletName, Path: path, Err: err}
+	}
+	if fellBack && !loggedFallBack.Swap(true) {
+		opts.Logger.Info("plugin sockets go to "+shortTempDir+": TMPDIR is too long for Unix socket paths",
+			"tmpdir", os.TempDir(), "max_tmpdir_bytes", sockParentMax, "socket_dir", p.sockDir)
 	}
 	p.exe = p.bin
 	if p.built = st.IsDir(); p.built {
@@ -140,7 +150,6 @@ func Open(ctx context.Context, flowletName, path, appDir string, opts Options) (
 			p.exe = link
 		}
 	}
-	p.opts.Env = append(append([]string(nil), p.opts.Env...), "PLUGIN_UNIX_SOCKET_DIR="+p.sockDir)
 	pr, err := p.start(ctx, 0)
 	if err != nil {
 		os.RemoveAll(p.sockDir)

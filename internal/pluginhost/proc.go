@@ -6,18 +6,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/go-plugin/runner"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/experimental"
@@ -173,13 +177,28 @@ func (p *Plugin) start(ctx context.Context, idx int) (*proc, error) {
 		markUsed(p.exe, time.Now()) // the link and the entry are one file
 	}
 	cmd := exec.CommandContext(pctx, p.exe)
-	cmd.Env = append(os.Environ(), p.opts.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
 	gp := goplugin.NewClient(&goplugin.ClientConfig{
-		HandshakeConfig:  plugin.Handshake,
-		Plugins:          goplugin.PluginSet{plugin.Name: hostPlugin{}},
-		Cmd:              cmd,
+		HandshakeConfig: plugin.Handshake,
+		Plugins:         goplugin.PluginSet{plugin.Name: hostPlugin{}},
+		// A RunnerFunc instead of Cmd: go-plugin then makes a directory
+		// for the process's sockets in UnixSocketConfig.TempDir (the
+		// plugin's socket directory, short enough for socket paths:
+		// sockdir.go), gives it to the plugin as PLUGIN_UNIX_SOCKET_DIR,
+		// puts the host's broker sockets there too (not in $TMPDIR, which
+		// may be too long, and where a host killed with kill -9 left
+		// them), and removes it when the process ends.
+		RunnerFunc: func(_ hclog.Logger, spec *exec.Cmd, _ string) (runner.Runner, error) {
+			// spec holds go-plugin's environment only (SkipHostEnv): it
+			// goes last, so that neither the host's nor Options.Env
+			// overrides the handshake's variables.
+			cmd.Env = append(append(os.Environ(), p.opts.Env...), spec.Env...)
+			cmd.Stdin = spec.Stdin
+			return newCmdRunner(cmd)
+		},
+		SkipHostEnv:      true,
+		UnixSocketConfig: &goplugin.UnixSocketConfig{TempDir: p.sockDir},
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		StartTimeout:     p.opts.StartTimeout,
@@ -217,6 +236,68 @@ func (p *Plugin) start(ctx context.Context, idx int) (*proc, error) {
 	}
 	d := raw.(*dispensed)
 	return &proc{gp: gp, client: d.client, broker: d.broker, pid: cmd.Process.Pid, cancel: pcancel, logs: lw}, nil
+}
+
+// cmdRunner runs a plugin's command for go-plugin, as go-plugin's own
+// (internal) runner does.
+type cmdRunner struct {
+	cmd            *exec.Cmd
+	stdout, stderr io.ReadCloser
+	pid            atomic.Int64
+}
+
+func newCmdRunner(cmd *exec.Cmd) (*cmdRunner, error) {
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	return &cmdRunner{cmd: cmd, stdout: stdout, stderr: stderr}, nil
+}
+
+func (r *cmdRunner) Start(context.Context) error {
+	if err := r.cmd.Start(); err != nil {
+		return err
+	}
+	r.pid.Store(int64(r.cmd.Process.Pid))
+	return nil
+}
+
+func (r *cmdRunner) Wait(context.Context) error { return r.cmd.Wait() }
+
+func (r *cmdRunner) Kill(context.Context) error {
+	if pid := r.pid.Load(); pid > 0 {
+		if err := r.cmd.Process.Kill(); !errors.Is(err, os.ErrProcessDone) {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *cmdRunner) Stdout() io.ReadCloser { return r.stdout }
+func (r *cmdRunner) Stderr() io.ReadCloser { return r.stderr }
+func (r *cmdRunner) Name() string          { return r.cmd.Path }
+
+func (r *cmdRunner) ID() string {
+	if pid := r.pid.Load(); pid > 0 {
+		return strconv.FormatInt(pid, 10)
+	}
+	return ""
+}
+
+// Diagnose adds nothing to a handshake's failure: handshakeError says
+// what it was.
+func (r *cmdRunner) Diagnose(context.Context) string { return "" }
+
+func (r *cmdRunner) PluginToHost(network, addr string) (string, string, error) {
+	return network, addr, nil
+}
+
+func (r *cmdRunner) HostToPlugin(network, addr string) (string, string, error) {
+	return network, addr, nil
 }
 
 // killGroup kills the process group led by pid (SIGKILL).

@@ -31,6 +31,23 @@ const (
 	// from before the records) is removed only when nothing in it changed
 	// for this long and no socket in it accepts a connection.
 	legacyAge = 24 * time.Hour
+
+	// maxSockPath is the longest path a Unix socket can have: sun_path is
+	// 108 bytes, its NUL included (Go refuses a path of 108 bytes).
+	maxSockPath = 107
+	// sockPathBudget is the longest name put under a socket directory:
+	// go-plugin's directory for each process ("/plugin-dir" and up to 10
+	// digits, os.MkdirTemp's), holding go-plugin's sockets (the plugin's
+	// and the host's broker's: "/plugin" and up to 10 digits,
+	// os.CreateTemp's) and the Go SDK's step channel ("/steps-<pid>-<16
+	// hex digits>.sock", a pid of up to 7 digits: pid_max is at most 2^22).
+	sockPathBudget = len("/plugin-dir") + 10 + max(len("/plugin")+10, len("/steps-")+7+len("-")+16+len(".sock"))
+	// sockParentMax is the longest parent directory a socket directory
+	// ("/flowrun-plugin-" and up to 10 digits) can have.
+	sockParentMax = maxSockPath - sockPathBudget - len("/"+sockDirPrefix) - 10
+	// shortTempDir is where socket directories go when $TMPDIR is longer
+	// than sockParentMax.
+	shortTempDir = "/tmp"
 )
 
 // owner identifies a process across pid reuse.
@@ -137,9 +154,29 @@ func writeOwner(dir string, self owner) {
 	}
 }
 
-// makeSockDir makes a socket directory in parent, recording this process
-// as its owner, after removing the stale ones there.
-func makeSockDir(parent string) (string, error) {
+// makeSockDir makes a socket directory in tmp (the temporary directory),
+// or in short when a socket path under tmp could be too long for the
+// kernel (fellBack is true then).
+func makeSockDir(tmp, short string) (dir string, fellBack bool, err error) {
+	if abs, err := filepath.Abs(tmp); err == nil {
+		tmp = abs
+	}
+	if len(tmp) <= sockParentMax {
+		dir, err := makeSockDirIn(tmp)
+		return dir, false, err
+	}
+	if len(short) > sockParentMax {
+		err = fmt.Errorf("%d bytes long as well", len(short))
+	} else if dir, err = makeSockDirIn(short); err == nil {
+		return dir, true, nil
+	}
+	return "", false, fmt.Errorf("TMPDIR (%s, %d bytes) is too long for the plugin's Unix sockets: a socket path under it would exceed the kernel's limit of %d bytes (TMPDIR may have at most %d bytes), and %s cannot be used instead (%w); set TMPDIR to a shorter directory",
+		tmp, len(tmp), maxSockPath+1, sockParentMax, short, err)
+}
+
+// makeSockDirIn makes a socket directory in parent, recording this
+// process as its owner, after removing the stale ones there.
+func makeSockDirIn(parent string) (string, error) {
 	self, ok := selfOwner()
 	if ok {
 		sweepSockDirs(parent, self, time.Now())

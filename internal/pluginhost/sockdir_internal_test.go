@@ -108,3 +108,52 @@ func TestOwnerRecord(t *testing.T) {
 		t.Error("this process is gone")
 	}
 }
+
+// TestSockDirTooLong: a TMPDIR too long for socket paths under it puts the
+// socket directory under the short fallback; when that cannot be used
+// either, the error names TMPDIR and the limit. A socket at the longest
+// path the budget allows under the longest parent can be made.
+func TestSockDirTooLong(t *testing.T) {
+	base := t.TempDir()
+	long := filepath.Join(base, strings.Repeat("x", 100))
+	if err := os.Mkdir(long, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	short, err := os.MkdirTemp("/tmp", "fr")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer os.RemoveAll(short)
+	dir, fellBack, err := makeSockDir(long, short)
+	if err != nil || !fellBack || filepath.Dir(dir) != short {
+		t.Fatalf("makeSockDir(long, %s) = %s, %v, %v", short, dir, fellBack, err)
+	}
+	dir, fellBack, err = makeSockDir(short, "/nonexistent")
+	if err != nil || fellBack || filepath.Dir(dir) != short {
+		t.Fatalf("makeSockDir(short) = %s, %v, %v", dir, fellBack, err)
+	}
+	_, _, err = makeSockDir(long, "/nonexistent")
+	if err == nil || !strings.Contains(err.Error(), "TMPDIR ("+long) || !strings.Contains(err.Error(), "limit of 108 bytes") ||
+		!strings.Contains(err.Error(), "/nonexistent") {
+		t.Fatalf("want an error naming TMPDIR and the limit, got %v", err)
+	}
+	t.Log(err)
+
+	// The budget: the longest parent, the longest names go-plugin and the
+	// SDK put under it.
+	parent := filepath.Join(short, strings.Repeat("p", sockParentMax-len(short)-1))
+	sub := filepath.Join(parent, sockDirPrefix+"1234567890", "plugin-dir1234567890")
+	if err := os.MkdirAll(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"plugin1234567890", "steps-4194304-0123456789abcdef.sock"} {
+		l, err := net.Listen("unix", filepath.Join(sub, name))
+		if err != nil {
+			t.Fatalf("%d bytes: %v", len(filepath.Join(sub, name)), err)
+		}
+		l.Close()
+	}
+	if n := len(filepath.Join(sub, "steps-4194304-0123456789abcdef.sock")); n != maxSockPath {
+		t.Errorf("the longest socket path is %d bytes, want %d", n, maxSockPath)
+	}
+}

@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/flowlet/flowlettest"
 )
 
 // procOwner is the owner record (specs/plugins.md, "Sockets") of process
@@ -143,5 +146,45 @@ func TestOpenRemovesStaleSockDirs(t *testing.T) {
 	p.Close()
 	if _, err := os.Stat(own[0]); err == nil {
 		t.Error("Close left the socket directory")
+	}
+}
+
+// TestLongTMPDIR: with a TMPDIR too long for a Unix socket path under it
+// (the kernel's limit is 107 bytes), a plugin still starts, serves its
+// steps over the step channel and reads state through the host's broker:
+// its sockets, and the host's, go to a directory under /tmp.
+func TestLongTMPDIR(t *testing.T) {
+	long := filepath.Join(shortTempDir(t), strings.Repeat("x", 100))
+	if err := os.Mkdir(long, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", long)
+	logs := &logBuf{}
+	p := open(t, "long", "testplugin", options(t, logs))
+	f := p.New()
+	ctx := flowlettest.New("long")
+	if err := ctx.Init(f, map[string]any{"prefix": "l-"}); err != nil {
+		t.Fatal(err)
+	}
+	defer f.(flowlet.Closer).Close()
+	if err := ctx.Process(f, ev("put:a=1"), ev("get:a"), ev("count:x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.Process(f, ev("get:a"), ev("count:x")); err != nil {
+		t.Fatal(err)
+	}
+	if g, c := ctx.Emits("got"), ctx.Emits("counts"); !slices.Equal(g, []string{"1", "1"}) || !slices.Equal(c, []string{"x=1", "x=2"}) {
+		t.Errorf("state through the broker: got %v, counts %v", g, c)
+	}
+	if tr := transport(f); tr != "channel" {
+		t.Errorf("steps over %q, want the step channel", tr)
+	}
+	if l := logs.String(); strings.Contains(l, "invalid argument") {
+		t.Errorf("log:\n%s", l)
+	}
+	// Nothing under the long TMPDIR: neither the plugin's socket
+	// directory nor the sockets of the host's broker.
+	if left, _ := os.ReadDir(long); len(left) != 0 {
+		t.Errorf("under the long TMPDIR: %v", left)
 	}
 }
