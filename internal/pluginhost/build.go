@@ -10,11 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -101,7 +103,8 @@ func Build(ctx context.Context, flowletName, dir string, opts Options) (string, 
 	if err != nil {
 		return "", berr("", fmt.Errorf("the go command is needed to build a plugin given as a package directory (or give the path of a built binary): %w", err))
 	}
-	key, out, err := sourceKey(ctx, goBin, dir, opts.BuildFlags)
+	env := goEnv(opts.CacheDir, opts.Logger)
+	key, out, err := sourceKey(ctx, goBin, dir, env, opts.BuildFlags)
 	if err != nil {
 		return "", berr(out, err)
 	}
@@ -127,7 +130,7 @@ func Build(ctx context.Context, flowletName, dir string, opts Options) (string, 
 	tmp := filepath.Join(binDir, "."+name+".tmp-"+hex.EncodeToString(rnd[:]))
 	args := append([]string{"build", "-o", tmp}, opts.BuildFlags...)
 	args = append(args, ".")
-	cmd := goCmd(ctx, goBin, dir, args...)
+	cmd := goCmd(ctx, goBin, dir, env, args...)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	if err := cmd.Run(); err != nil {
@@ -148,15 +151,56 @@ func Build(ctx context.Context, flowletName, dir string, opts Options) (string, 
 // goCmd is a go command that stops with ctx, children included: go build
 // runs the compilers and the linker as processes of their own, which would
 // run on (and hold the output pipe, so Wait) after the go command alone
-// was killed. It gets a process group, killed as a whole.
-func goCmd(ctx context.Context, goBin, dir string, args ...string) *exec.Cmd {
+// was killed. It gets a process group, killed as a whole. env is its
+// environment (nil: the host's).
+func goCmd(ctx context.Context, goBin, dir string, env []string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, goBin, args...)
 	cmd.Dir = dir
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
 	// Should something outside the group hold the pipe, Wait returns anyway.
 	cmd.WaitDelay = time.Second
 	return cmd
+}
+
+// goEnvLogged holds the plugin caches whose go commands' own caches were
+// logged (goEnv).
+var goEnvLogged sync.Map
+
+// goEnv is the environment of the go commands Build runs: nil (the host's)
+// unless the host's gives them no module cache or no build cache — HOME is
+// unset (a service under systemd) and so are GOPATH and GOMODCACHE, resp.
+// GOCACHE and XDG_CACHE_HOME. Then GOPATH (<cache>/go/path, so the module
+// cache is <cache>/go/path/pkg/mod), resp. GOCACHE (<cache>/go/build), is
+// set under the plugin cache, and that is logged at Info once per cache
+// directory. A fresh module cache means go downloads the plugin's modules
+// (GOPROXY) at its first build.
+func goEnv(cacheDir string, log *slog.Logger) []string {
+	if os.Getenv("HOME") != "" {
+		return nil
+	}
+	base, err := filepath.Abs(filepath.Join(cacheDir, "go")) // the go command wants them absolute
+	if err != nil {
+		return nil
+	}
+	var add []string
+	var attrs []any
+	if os.Getenv("GOPATH") == "" && os.Getenv("GOMODCACHE") == "" {
+		add = append(add, "GOPATH="+filepath.Join(base, "path"))
+		attrs = append(attrs, "GOPATH", filepath.Join(base, "path"))
+	}
+	if os.Getenv("GOCACHE") == "" && os.Getenv("XDG_CACHE_HOME") == "" {
+		add = append(add, "GOCACHE="+filepath.Join(base, "build"))
+		attrs = append(attrs, "GOCACHE", filepath.Join(base, "build"))
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	if _, logged := goEnvLogged.LoadOrStore(base, true); !logged {
+		log.Info("HOME is not set: plugin builds use a module cache and a build cache in the plugin cache", attrs...)
+	}
+	return append(os.Environ(), add...)
 }
 
 type listedPackage struct {
@@ -173,7 +217,7 @@ type listedPackage struct {
 }
 
 // sourceKey hashes what the binary built from dir is made of.
-func sourceKey(ctx context.Context, goBin, dir string, flags []string) (key, out string, err error) {
+func sourceKey(ctx context.Context, goBin, dir string, env, flags []string) (key, out string, err error) {
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		if err == nil {
 			err = errors.New("not a directory")
@@ -182,7 +226,7 @@ func sourceKey(ctx context.Context, goBin, dir string, flags []string) (key, out
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "flowrun plugin build v1\nflags %q\n", flags)
-	envOut, err := runGo(ctx, goBin, dir, "env", "GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED", "GOFLAGS", "GOEXPERIMENT", "GOMOD")
+	envOut, err := runGo(ctx, goBin, dir, env, "env", "GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED", "GOFLAGS", "GOEXPERIMENT", "GOMOD")
 	if err != nil {
 		return "", envOut, err
 	}
@@ -199,7 +243,7 @@ func sourceKey(ctx context.Context, goBin, dir string, flags []string) (key, out
 			}
 		}
 	}
-	listOut, err := runGo(ctx, goBin, dir, "list", "-e", "-deps",
+	listOut, err := runGo(ctx, goBin, dir, env, "list", "-e", "-deps",
 		"-json=ImportPath,Dir,Standard,Module,GoFiles,CgoFiles,CFiles,CXXFiles,HFiles,SFiles,SysoFiles,EmbedFiles,Error", ".")
 	if err != nil {
 		return "", listOut, err
@@ -257,8 +301,8 @@ func hashFile(h io.Writer, path string) error {
 	return err
 }
 
-func runGo(ctx context.Context, goBin, dir string, args ...string) (string, error) {
-	cmd := goCmd(ctx, goBin, dir, args...)
+func runGo(ctx context.Context, goBin, dir string, env []string, args ...string) (string, error) {
+	cmd := goCmd(ctx, goBin, dir, env, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
