@@ -47,7 +47,9 @@ type Options struct {
 	// Defaults: 10ms and 2s.
 	RestartBackoff, MaxRestartBackoff time.Duration
 	// Env is added to the plugin processes' environment (which is the
-	// host's otherwise).
+	// host's otherwise), overriding the host's variables of the same name;
+	// go-plugin's handshake variables (the magic cookie, the protocol
+	// versions, PLUGIN_CLIENT_CERT, PLUGIN_UNIX_SOCKET_DIR) override both.
 	Env []string
 	// CacheMaxAge: built plugins unused for this long are removed from
 	// CacheDir, checked at most once a day by a build (cache.go). Default
