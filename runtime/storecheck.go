@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/pb"
+	"github.com/dgraph-io/badger/v4/table"
 	"github.com/dgraph-io/badger/v4/y"
 	"google.golang.org/protobuf/proto"
 )
@@ -59,12 +61,39 @@ func checkStoreDir(dir string, existing bool) error {
 		}
 		return nil
 	}
+	listed, err := manifestTables(dir)
+	if err != nil {
+		return nil // Badger reports a MANIFEST it cannot read
+	}
 	for _, t := range tables {
+		// A table the MANIFEST does not list is a flush or compaction that a
+		// crash cut short: Badger deletes it, whatever it holds.
+		if id, ok := table.ParseFileID(t); !ok || !listed[id] {
+			continue
+		}
 		if err := checkTableFooter(filepath.Join(dir, t)); err != nil {
 			return fmt.Errorf("%w: table %s: %v. Nothing was changed: restore the store from a backup, or move the directory aside", ErrDamagedStore, filepath.Join(dir, t), err)
 		}
 	}
 	return nil
+}
+
+// manifestTables lists the tables dir's MANIFEST refers to (read only).
+func manifestTables(dir string) (map[uint64]bool, error) {
+	f, err := os.Open(filepath.Join(dir, "MANIFEST"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	m, _, err := badger.ReplayManifestFile(f, 0, badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[uint64]bool, len(m.Tables))
+	for id := range m.Tables {
+		out[id] = true
+	}
+	return out, nil
 }
 
 // checkTableFooter reads a table's footer the way Badger's table.initIndex
