@@ -39,7 +39,7 @@ func checkStoreDir(dir string, existing bool) error {
 		}
 		return err
 	}
-	manifest, other := false, ""
+	manifest, other, foreign := false, "", ""
 	var tables []string
 	for _, e := range entries {
 		switch name := e.Name(); {
@@ -50,14 +50,20 @@ func checkStoreDir(dir string, existing bool) error {
 			other = name
 		case strings.HasSuffix(name, ".vlog"), strings.HasSuffix(name, ".mem"):
 			other = name
+		case name == "KEYREGISTRY", name == "LOCK", name == "DISCARD", name == "http.json", name == "plugins":
+		default:
+			foreign = name
 		}
 	}
 	if !manifest {
 		if other != "" {
 			return fmt.Errorf("%w: %s holds Badger's files (%s, …) but no MANIFEST, the list of its tables: opening it would start an empty store over them and delete them. Nothing was changed: restore the MANIFEST, or move the directory aside", ErrDamagedStore, dir, other)
 		}
-		if existing {
-			return fmt.Errorf("%s is not a flowrun store (no MANIFEST; has the app run there? use --data)", dir)
+		// An empty directory (or one an app was killed in before Badger
+		// wrote its MANIFEST) becomes a store; one holding other files is
+		// not turned into one by a read command.
+		if existing && foreign != "" {
+			return fmt.Errorf("%s is not a flowrun store (no MANIFEST, and it holds %s; has the app run there? use --data)", dir, foreign)
 		}
 		return nil
 	}

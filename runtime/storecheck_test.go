@@ -111,13 +111,22 @@ connections:
 	})
 
 	t.Run("not a store", func(t *testing.T) {
-		empty := t.TempDir()
-		_, err := runtime.OpenStore(empty)
-		if err == nil || !strings.Contains(err.Error(), "is not a flowrun store") {
+		other := t.TempDir()
+		if err := os.WriteFile(filepath.Join(other, "notes.txt"), []byte("mine"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := runtime.OpenStore(other)
+		if err == nil || !strings.Contains(err.Error(), "is not a flowrun store (no MANIFEST, and it holds notes.txt") {
+			t.Fatalf("read command on a directory of other files: %v", err)
+		}
+		if left, _ := os.ReadDir(other); len(left) != 1 {
+			t.Errorf("a read command created %d files in a directory that held no store", len(left)-1)
+		}
+		// An empty one (an app killed before Badger wrote anything) opens.
+		s, err := runtime.OpenStore(t.TempDir())
+		if err != nil {
 			t.Fatalf("read command on an empty directory: %v", err)
 		}
-		if left, _ := os.ReadDir(empty); len(left) != 0 {
-			t.Errorf("a read command created %d files in a directory that held no store", len(left))
-		}
+		s.Close()
 	})
 }
