@@ -91,35 +91,41 @@ func meet(a, b *partState) *partState {
 
 // meetLevel: every event before the lower position, except in the pointers
 // either side has not finished below it — a hole in either, at the lesser
-// progress of the two (a side without a hole on a pointer below its
-// position consumed all of it).
+// progress of the two. A hole may sit at the position's own pointer (a
+// producer in progress in the consumer's snapshot whose entries had landed:
+// the scan passed them), and then it, not the position, says how far that
+// pointer was read.
 func meetLevel(a, b levelState) levelState {
-	pos := a.pos
-	if b.pos.less(pos) {
-		pos = b.pos
-	}
+	pos := minPos(a.pos, b.pos)
+	// progress is how far l consumed pointer wp (wp <= pos.wp <= l.pos.wp);
+	// false: all of it.
 	progress := func(l levelState, wp uint64) (position, bool) {
 		for _, h := range l.holes {
 			if h.wp == wp {
 				return h, true
 			}
 		}
-		return position{}, false // consumed whole: wp < pos.wp <= l.pos.wp
+		if l.pos.wp == wp {
+			return l.pos, true
+		}
+		return position{}, false
 	}
 	var holes []position
 	for _, h := range append(append([]position(nil), a.holes...), b.holes...) {
-		if h.wp >= pos.wp || slices.ContainsFunc(holes, func(x position) bool { return x.wp == h.wp }) {
+		if h.wp > pos.wp || slices.ContainsFunc(holes, func(x position) bool { return x.wp == h.wp }) {
 			continue
 		}
 		pa, inA := progress(a, h.wp)
 		pb, inB := progress(b, h.wp)
+		p := pb
 		switch {
 		case inA && inB:
-			holes = append(holes, minPos(pa, pb))
+			p = minPos(pa, pb)
 		case inA:
-			holes = append(holes, pa)
-		default:
-			holes = append(holes, pb)
+			p = pa
+		}
+		if p.less(pos) { // else the position already says it
+			holes = append(holes, p)
 		}
 	}
 	slices.SortFunc(holes, func(x, y position) int {

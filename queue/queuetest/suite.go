@@ -354,6 +354,36 @@ func testNewGroupStart(t *testing.T, e *Env) {
 	if len(seenX) < 50 || len(seenX) > 100 {
 		t.Fatalf("setup: x consumed %d events of 150, want some but not all", len(seenX))
 	}
+
+	// A group whose step saw a producer in progress while that producer's
+	// entries had landed has passed them without consuming them (a hole at
+	// its own position, a review finding): a new group must still get them.
+	must(t, e.Queues.CreateQueue("q3", queue.Config{Partitions: 1}))
+	must(t, e.Queues.AddGroup("q3", queue.Group{Name: "a", Strategy: queue.FIFO, Instances: 1}))
+	must(t, e.Queues.AddGroup("q3", queue.Group{Name: "b", Strategy: queue.FIFO, Instances: 1}))
+	p3, _ := e.Queues.Producer("q3")
+	ctxP := e.Coord.NewContext(p3)
+	_, err = ctxP.Start(30 * time.Second)
+	must(t, err)
+	must(t, Step(e.Coord, func() error { return nil })) // a later commit: P is in progress below the read pointer
+	ca3, _ := e.Queues.Consumer("q3", "a", 0)
+	ctxA := e.Coord.NewContext(ca3)
+	_, err = ctxA.Start(30 * time.Second)
+	must(t, err)
+	for _, s := range []string{"h-0", "h-1", "h-2"} {
+		must(t, p3.Enqueue(context.Background(), ev(s)))
+	}
+	must(t, ctxP.Finish())
+	if got, err := ca3.Dequeue(10); err != nil || len(got) != 0 {
+		t.Fatalf("a's step saw %d events of a producer in progress in its snapshot (%v)", len(got), err)
+	}
+	must(t, ctxA.Finish())
+	cb3, _ := e.Queues.Consumer("q3", "b", 0)
+	expectExactly(t, payloads(drain(t, e, cb3, 10)), "h", 3)
+	must(t, e.Queues.AddGroup("q3", queue.Group{Name: "n", Strategy: queue.FIFO, Instances: 1}))
+	cn3, _ := e.Queues.Consumer("q3", "n", 0)
+	expectExactly(t, payloads(drain(t, e, cn3, 10)), "h", 3)
+	expectExactly(t, payloads(drain(t, e, ca3, 10)), "h", 3)
 }
 
 func testAbortRedelivers(t *testing.T, e *Env) {
