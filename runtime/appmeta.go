@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -65,23 +66,23 @@ func (s *store) setMeta(kv ...string) error {
 }
 
 // claimApp checks that the store is app's, and records it as app's when it
-// is new. A store from before the record is app's unless it holds flowlet
-// state of another app.
+// is new. A store from before the record is app's if it holds flowlet state
+// of app, or of no app at all.
 func (s *store) claimApp(app string) error {
 	name, ok, err := s.getMeta(appNameKey)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		others, err := s.stateApps()
+		// A store from before the record: it is app's if app has state in
+		// it (older versions let a renamed app run on, so there may be
+		// more than one), else it belongs to the app that does.
+		apps, err := s.stateApps()
 		if err != nil {
 			return err
 		}
-		for _, other := range others {
-			if other != app {
-				name, ok = other, true
-				break
-			}
+		if len(apps) > 0 && !slices.Contains(apps, app) {
+			name, ok = apps[0], true
 		}
 	}
 	if ok && name != app {

@@ -162,19 +162,49 @@ connections:
 		t.Fatalf("renamed app: %v", err)
 	}
 	// A store written before the record: its state names the app.
-	db, err := badger.Open(badger.DefaultOptions(filepath.Join(dir, "data")).WithLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(txn *badger.Txn) error { return txn.Delete([]byte("\x01app/name")) }); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	setAppRecord(t, dir, "")
 	if err := openErr(t, dir, app("shop-v2")); !errors.Is(err, runtime.ErrOtherApp) {
 		t.Fatalf("renamed app on a store without the record: %v", err)
 	}
 	if err := openErr(t, dir, app("shop")); err != nil {
 		t.Fatalf("the app itself on a store without the record: %v", err)
+	}
+
+	// An older version let a renamed app run on the same store: both names
+	// have state, and either may go on (a review finding: the one that ran
+	// last was refused).
+	dir = t.TempDir()
+	runDrain(t, dir, app("one"), runtime.Options{NoSync: true}).Close()
+	setAppRecord(t, dir, "two") // as if an older version had let "two" run on
+	runDrain(t, dir, app("two"), runtime.Options{NoSync: true}).Close()
+	setAppRecord(t, dir, "")
+	for _, name := range []string{"two", "one"} {
+		if err := openErr(t, dir, app(name)); err != nil {
+			t.Errorf("%s, which has state in a store from before the record: %v", name, err)
+		}
+		setAppRecord(t, dir, "")
+	}
+	if err := openErr(t, dir, app("three")); !errors.Is(err, runtime.ErrOtherApp) {
+		t.Errorf("an app without state there: %v", err)
+	}
+}
+
+// setAppRecord rewrites (or, with "", deletes) the app name a store records.
+func setAppRecord(t *testing.T, dir, name string) {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions(filepath.Join(dir, "data")).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(txn *badger.Txn) error {
+		if name == "" {
+			return txn.Delete([]byte("\x01app/name"))
+		}
+		return txn.Set([]byte("\x01app/name"), []byte(name))
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

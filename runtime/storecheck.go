@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -77,7 +78,9 @@ func checkStoreDir(dir string, existing bool) error {
 		if id, ok := table.ParseFileID(t); !ok || !listed[id] {
 			continue
 		}
-		if err := checkTableFooter(filepath.Join(dir, t)); err != nil {
+		// Gone since the listing: a running app's compaction deleted it
+		// (Badger's lock then refuses the open).
+		if err := checkTableFooter(filepath.Join(dir, t)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%w: table %s: %v. Nothing was changed: restore the store from a backup, or move the directory aside", ErrDamagedStore, filepath.Join(dir, t), err)
 		}
 	}
