@@ -58,7 +58,6 @@ type FileSource struct {
 	// one (the last step aborted) checks again.
 	checked bool
 	want    filePos
-	atEOF   bool // the last step read to the end of the file
 	// switched: following, the file was switched to a new one at the
 	// path after the old one was read to its end.
 	switched bool
@@ -296,9 +295,12 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 		return fmt.Errorf("file_source: stat %s: %w", s.path, err)
 	}
 	recheck := !s.checked || p != s.want || fi.Size() < p.off
-	if !recheck && s.follow && s.atEOF && p.off > 0 && p.hasFP {
-		// Read to its end last time: a file truncated in place may have
-		// grown past the offset again since (copytruncate).
+	if !recheck && s.follow && p.off > 0 && p.hasFP {
+		// A file truncated in place may have grown past the offset again
+		// since the last step (copytruncate), whether or not that step
+		// read to the end: the bytes before the offset say (one 4 KiB
+		// read; the reader's buffer of the old file is dropped on a
+		// mismatch).
 		if p.off <= fi.Size() {
 			if s.fpBuf, err = readBefore(s.f, p.off, s.fpBuf); err != nil {
 				return fmt.Errorf("file_source: read %s: %w", s.path, err)
@@ -418,7 +420,7 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 			return err
 		}
 	}
-	s.want, s.atEOF = p, eof
+	s.want = p
 	if eof && lines == 0 && p == start {
 		if s.follow && s.switchFile(ctx, fi, p.off) {
 			return nil
