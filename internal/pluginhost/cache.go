@@ -1,6 +1,7 @@
 package pluginhost
 
 import (
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -18,11 +19,9 @@ import (
 // the entries not used for Options.CacheMaxAge.
 //
 // A running host does not depend on its entry staying: Open hard-links the
-// binary into the host's own temporary directory and starts its processes
-// from there, so a restart after another app trimmed the entry still finds
-// the binary (when the cache and the temporary directory are on different
-// file systems the link fails and the host runs the cached path, kept fresh
-// by its starts).
+// binary into the host's own temporary directory (or copies it there, when
+// the cache is on another file system) and starts its processes from there,
+// so a restart after another app trimmed the entry still finds the binary.
 
 const (
 	// DefaultCacheMaxAge is how long an unused built plugin stays (Go's
@@ -109,4 +108,27 @@ func isKeyDir(name string) bool {
 		}
 	}
 	return true
+}
+
+// copyExecutable copies the file at src to dst (new), executable.
+func copyExecutable(src, dst string) (err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(dst)
+		}
+	}()
+	_, err = io.Copy(out, in)
+	return err
 }

@@ -118,3 +118,26 @@ func TestMarkUsed(t *testing.T) {
 		t.Errorf("used 2 hours ago: time %v, want %v", mtime(), now)
 	}
 }
+
+// copyExecutable makes an executable copy, and leaves nothing behind when it
+// cannot (the destination exists).
+func TestCopyExecutable(t *testing.T) {
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	if err := os.WriteFile(src, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyExecutable(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(dst)
+	if err != nil || st.Mode().Perm()&0o100 == 0 || st.Size() != 10 {
+		t.Fatalf("copy: %v %v", st, err)
+	}
+	if err := copyExecutable(src, dst); err == nil {
+		t.Error("copied over an existing file")
+	}
+	if b, _ := os.ReadFile(dst); string(b) != "#!/bin/sh\n" {
+		t.Errorf("the failed copy changed the existing file: %q", b)
+	}
+}

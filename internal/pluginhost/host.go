@@ -93,7 +93,7 @@ type Plugin struct {
 	flowlet string
 	path    string // as written
 	bin     string // the executable: the cache's for a built plugin
-	exe     string // what processes start: bin, or a hard link of it in sockDir
+	exe     string // what processes start: bin, or a hard link or copy of it in sockDir
 	built   bool   // bin is in the build cache
 	sockDir string // holds each process's PLUGIN_UNIX_SOCKET_DIR (proc.go)
 	opts    Options
@@ -145,11 +145,12 @@ func Open(ctx context.Context, flowletName, path, appDir string, opts Options) (
 	}
 	p.exe = p.bin
 	if p.built = st.IsDir(); p.built {
-		// Processes start from a link of our own: the cache entry may be
-		// trimmed by another app while this one runs (cache.go).
-		link := filepath.Join(p.sockDir, filepath.Base(p.bin))
-		if os.Link(p.bin, link) == nil {
-			p.exe = link
+		// Processes start from a file of our own: the cache entry may be
+		// trimmed by another app while this one runs (cache.go). A hard
+		// link, or a copy where the cache is on another file system.
+		own := filepath.Join(p.sockDir, filepath.Base(p.bin))
+		if os.Link(p.bin, own) == nil || copyExecutable(p.bin, own) == nil {
+			p.exe = own
 		}
 	}
 	pr, err := p.start(ctx, 0)

@@ -90,8 +90,13 @@ func parseOwner(b []byte) (o owner, ok bool) {
 }
 
 // selfOwner is this process's record; ok is false where /proc cannot say
-// (no record is written then, and nothing is removed for lack of one).
+// (no record is written then, and nothing is removed for lack of one) —
+// also where the /proc mounted is another pid namespace's (unshare -p
+// without --mount-proc): its pids would name other processes.
 func selfOwner() (o owner, ok bool) {
+	if self, err := os.Readlink("/proc/self"); err != nil || self != strconv.Itoa(os.Getpid()) {
+		return o, false
+	}
 	start, err := procStart("self")
 	if err != nil {
 		return o, false
