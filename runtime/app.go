@@ -71,8 +71,9 @@ type Options struct {
 	MaxBacklog int
 	// MinFreeDisk is the free space kept on the store's file system: Open
 	// refuses to start under it and a running app stops with ErrDiskSpace
-	// when it falls under it (diskspace.go). 0: DefaultMinFreeDisk;
-	// negative: no check.
+	// when it falls under it (diskspace.go). 0: DefaultMinFreeDisk, or a
+	// twentieth of a smaller file system (at least 16 MiB); negative: no
+	// check.
 	MinFreeDisk int64
 }
 
@@ -97,9 +98,6 @@ func (o *Options) withDefaults(app string) {
 	}
 	if o.MaintainInterval <= 0 {
 		o.MaintainInterval = time.Minute
-	}
-	if o.MinFreeDisk == 0 {
-		o.MinFreeDisk = DefaultMinFreeDisk
 	}
 	switch {
 	case o.MaxBacklog == 0:

@@ -21,8 +21,13 @@ import (
 
 // DefaultMinFreeDisk is the reserve: a burst of writes within one check
 // interval (at 150 MB/s, 40 MB) plus Badger's next files (a value-log file,
-// a memtable's write-ahead log, a flushed table) fit in it.
-const DefaultMinFreeDisk = 128 << 20
+// a memtable's write-ahead log, a flushed table) fit in it. On a small file
+// system the default reserve is a twentieth of it instead, but at least
+// minAutoReserve: a 200 MiB volume holding a small app's store still runs.
+const (
+	DefaultMinFreeDisk = 128 << 20
+	minAutoReserve     = 16 << 20
+)
 
 // diskCheckInterval is how often a running app looks at the free space.
 const diskCheckInterval = 250 * time.Millisecond
@@ -32,33 +37,40 @@ const diskCheckInterval = 250 * time.Millisecond
 var ErrDiskSpace = errors.New("not enough free disk space")
 
 // freeBytes is the space an unprivileged writer may still use on dir's file
-// system.
-var freeBytes = func(dir string) (int64, error) {
+// system, and the file system's size.
+var freeBytes = func(dir string) (free, size int64, err error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return int64(st.Bavail) * int64(st.Bsize), nil
+	return int64(st.Bavail) * int64(st.Bsize), int64(st.Blocks) * int64(st.Bsize), nil
 }
 
 // checkDiskSpace returns ErrDiskSpace, with what to do, when dir's file
-// system has less than min bytes free (min <= 0: no check).
-func checkDiskSpace(dir string, min int64) error {
-	if min <= 0 {
+// system has less than min bytes free (min < 0: no check; 0: the default
+// reserve for its size).
+func checkDiskSpace(dir string, reserve int64) error {
+	if reserve < 0 {
 		return nil
 	}
-	free, err := freeBytes(dir)
-	if err != nil || free >= min {
+	free, size, err := freeBytes(dir)
+	if err != nil {
 		return nil // a file system that cannot say is not refused
 	}
+	if reserve == 0 {
+		reserve = max(min(DefaultMinFreeDisk, size/20), minAutoReserve)
+	}
+	if free >= reserve {
+		return nil
+	}
 	return fmt.Errorf("%w: %s has %d MiB free, under the %d MiB flowrun keeps in reserve for the store (Badger's memory-mapped writes crash the process on a full disk): free some space and run again — nothing was lost (--min-free-disk sets the reserve)",
-		ErrDiskSpace, dir, free>>20, min>>20)
+		ErrDiskSpace, dir, free>>20, reserve>>20)
 }
 
 // watchDiskSpace stops the run (stop) with ErrDiskSpace on fatal when the
 // free space falls under the reserve, until ctx ends.
 func (a *App) watchDiskSpace(ctx context.Context) {
-	if a.opts.MinFreeDisk <= 0 {
+	if a.opts.MinFreeDisk < 0 {
 		return
 	}
 	t := time.NewTicker(diskCheckInterval)

@@ -18,7 +18,9 @@ import (
 func TestDiskReserve(t *testing.T) {
 	var free atomic.Int64
 	free.Store(1 << 20)
-	defer runtime.SetFreeBytes(func(string) (int64, error) { return free.Load(), nil })()
+	var size atomic.Int64
+	size.Store(100 << 30)
+	defer runtime.SetFreeBytes(func(string) (int64, int64, error) { return free.Load(), size.Load(), nil })()
 	dir := t.TempDir()
 	app := `app: disk
 flowlets:
@@ -77,4 +79,22 @@ connections:
 		t.Fatalf("MinFreeDisk -1 with nothing free: %v", err)
 	}
 	b.Close()
+
+	// A small file system gets a twentieth of itself (at least 16 MiB).
+	opts.MinFreeDisk = 0
+	size.Store(400 << 20)
+	free.Store(19 << 20)
+	if _, err := runtime.Open(plan(t, dir, app), opts); !errors.Is(err, runtime.ErrDiskSpace) || !strings.Contains(err.Error(), "under the 20 MiB") {
+		t.Fatalf("19 MiB free of 400 MiB: %v, want a refusal under a 20 MiB reserve", err)
+	}
+	free.Store(21 << 20)
+	if b, err = runtime.Open(plan(t, dir, app), opts); err != nil {
+		t.Fatalf("21 MiB free of 400 MiB: %v", err)
+	}
+	b.Close()
+	size.Store(100 << 20)
+	free.Store(15 << 20)
+	if _, err := runtime.Open(plan(t, dir, app), opts); !errors.Is(err, runtime.ErrDiskSpace) || !strings.Contains(err.Error(), "under the 16 MiB") {
+		t.Fatalf("15 MiB free of 100 MiB: %v, want a refusal under the 16 MiB floor", err)
+	}
 }

@@ -2,7 +2,7 @@ package runtime
 
 // SetFreeBytes replaces the free-space probe of the disk reserve
 // (diskspace.go) and returns the undo. Call it while no app runs.
-func SetFreeBytes(f func(dir string) (int64, error)) (undo func()) {
+func SetFreeBytes(f func(dir string) (free, size int64, err error)) (undo func()) {
 	old := freeBytes
 	freeBytes = f
 	return func() { freeBytes = old }

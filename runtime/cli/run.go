@@ -99,10 +99,14 @@ non-loopback address needs a bearer token (--http-token or
 			if err != nil {
 				return rs.settingError("--plugin-start-timeout", rs.pluginStartTimeoutPos, "runtime.plugin_start_timeout", err)
 			}
-			reserve := int64(-1)
-			if minFreeDisk != "off" {
+			var reserve int64 // auto
+			switch minFreeDisk {
+			case "auto":
+			case "off":
+				reserve = -1
+			default:
 				if reserve, err = planner.ParseSize(minFreeDisk); err != nil {
-					return &exitError{ExitUsage, fmt.Errorf("--min-free-disk: %w (or off)", err)}
+					return &exitError{ExitUsage, fmt.Errorf("--min-free-disk: %w (or auto, off)", err)}
 				}
 				if reserve == 0 {
 					reserve = -1
@@ -219,7 +223,7 @@ non-loopback address needs a bearer token (--http-token or
 	f.StringVar(&memoryLimit, "memory-limit", "auto", `soft memory limit of the process (Go's GOMEMLIMIT): "auto" (the store's memory budget + 64MiB, unless GOMEMLIMIT is set), "off", or a size such as 512MiB or 2GiB`)
 	f.StringVar(&stepTimeout, "step-timeout", "1m", "how long one step's transaction may run (up to 1h); a plugin's call is killed after half of it")
 	f.StringVar(&pluginStartTimeout, "plugin-start-timeout", "30s", "how long a plugin process may take to start and hand-shake (up to 1h)")
-	f.StringVar(&minFreeDisk, "min-free-disk", "128MiB", "free space kept on the store's file system: the run refuses to start under it, and stops cleanly when it falls under it; off: no check")
+	f.StringVar(&minFreeDisk, "min-free-disk", "auto", "free space kept on the store's file system: the run refuses to start under it, and stops cleanly when it falls under it; auto: 128MiB, or a twentieth of a smaller file system (at least 16MiB); off: no check")
 	g.addJSON(c)
 	c.Flags().Lookup("json").Usage = "at exit, write the final status as JSON to stdout"
 	return c
