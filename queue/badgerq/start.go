@@ -34,7 +34,11 @@ func (s *slot) committedAt(t *tx.Tx) *partState {
 
 // startStates returns the meet of q's groups' committed states, one per
 // partition (nil where nothing is consumed by all), or nil when q has no
-// groups. Called with q.mu held.
+// groups. Called with q.mu held. A consumer's commit reaches the in-memory
+// state only after it landed (PostCommit): a group added while another
+// group's consumer commits may start before that commit's events — they
+// come again to it, none is skipped. The runtime adds groups before the app
+// runs.
 func (b *Backend) startStates(q *queueRT) ([]*partState, error) {
 	if len(q.groups) == 0 {
 		return nil, nil
