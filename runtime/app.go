@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/flowrun/flowrun/internal/pluginhost"
 	"github.com/flowrun/flowrun/internal/state"
 	"github.com/flowrun/flowrun/planner"
-	"github.com/flowrun/flowrun/queue"
 	"github.com/flowrun/flowrun/tx"
 )
 
@@ -335,156 +333,6 @@ func (a *App) checkPlan() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// reconcile creates missing queues and groups, rescales groups whose
-// instance count changed since the last run and removes groups no longer in
-// the app. Changes the stored data cannot follow are refused first, before
-// anything is changed.
-func (a *App) reconcile() error {
-	if err := a.st.claimApp(a.plan.App); err != nil {
-		return err
-	}
-	qs := a.st.queues
-	list, err := qs.List()
-	if err != nil {
-		return err
-	}
-	have := map[string]queue.QueueInfo{}
-	for _, q := range list {
-		have[q.Name] = q
-	}
-	type want struct {
-		name   string
-		cfg    queue.Config
-		groups []queue.Group
-		exact  bool // remove groups not listed
-		key    *string
-	}
-	var wants []want
-	for _, q := range a.plan.Queues {
-		w := want{name: q.Name, exact: true, cfg: queue.Config{MaxEventBytes: eventMaxBytes, Partitions: q.Partitions}, key: &q.Key}
-		for _, g := range q.Groups {
-			w.groups = append(w.groups, queue.Group{Name: g.Name, Strategy: queue.Strategy(g.Strategy), Instances: g.Instances})
-		}
-		wants = append(wants, w)
-	}
-	for _, f := range a.plan.Flowlets {
-		wants = append(wants, want{name: DLQName(f.Name), cfg: queue.Config{MaxEventBytes: dlqMaxEventBytes}})
-		if len(f.Inputs) > 0 {
-			wants = append(wants, want{name: ReplayName(f.Name), cfg: queue.Config{MaxEventBytes: dlqMaxEventBytes}, exact: true,
-				groups: []queue.Group{{Name: f.Name, Strategy: queue.Hash, Instances: f.Instances}}})
-		}
-	}
-
-	// Refused changes first: the store stays as it was.
-	var keyRecords []string
-	for _, w := range wants {
-		info, ok := have[w.name]
-		if w.key != nil {
-			rec, recorded, err := a.st.getMeta(queueKeyMeta + w.name)
-			if err != nil {
-				return err
-			}
-			if ok && recorded && rec != *w.key {
-				if n := unconsumed(info); n > 0 {
-					return fmt.Errorf("queue %s holds %d events not consumed yet that were partitioned by %s, and the app now partitions it by %s: their per-key order could not be kept — let them drain with the app as it was (flowrun run --drain), or use a new data directory",
-						w.name, n, describeKey(rec), describeKey(*w.key))
-				}
-			}
-			if !recorded || rec != *w.key {
-				keyRecords = append(keyRecords, queueKeyMeta+w.name, *w.key)
-			}
-		}
-		if !ok {
-			continue
-		}
-		if w.cfg.Partitions != 0 && info.Config.Partitions != w.cfg.Partitions {
-			return fmt.Errorf("queue %s has %d partitions and the app now asks for %d: a queue's partition count is fixed when it is created (keep partitions: %d, or use a new data directory)",
-				w.name, info.Config.Partitions, w.cfg.Partitions, info.Config.Partitions)
-		}
-		for _, g := range w.groups {
-			for _, old := range info.Groups {
-				if old.Name == g.Name && old.Strategy != g.Strategy {
-					return fmt.Errorf("queue %s: consumer group %s was %s and is now %s; changing the strategy of a group with stored progress is not supported (keep strategy: %s, or use a new data directory)",
-						w.name, g.Name, old.Strategy, g.Strategy, old.Strategy)
-				}
-			}
-		}
-	}
-
-	planned := map[string]bool{}
-	for _, w := range wants {
-		planned[w.name] = true
-		info, ok := have[w.name]
-		if !ok {
-			if err := qs.CreateQueue(w.name, w.cfg); err != nil {
-				return fmt.Errorf("create queue %s: %w", w.name, err)
-			}
-		}
-		existing := map[string]queue.GroupInfo{}
-		for _, g := range info.Groups {
-			existing[g.Name] = g
-		}
-		for _, g := range w.groups {
-			old, ok := existing[g.Name]
-			delete(existing, g.Name)
-			switch {
-			case !ok:
-				if err := qs.AddGroup(w.name, g); err != nil {
-					return fmt.Errorf("queue %s: add group %s: %w", w.name, g.Name, err)
-				}
-			case old.Instances != g.Instances:
-				a.log.Info("rescaling consumer group", "queue", w.name, "group", g.Name, "from", old.Instances, "to", g.Instances)
-				if err := qs.Rescale(w.name, g.Name, g.Instances); err != nil {
-					return fmt.Errorf("queue %s: rescale group %s: %w", w.name, g.Name, err)
-				}
-			}
-		}
-		if w.exact {
-			for name, g := range existing {
-				a.log.Warn("removing consumer group no longer in the app", "queue", w.name, "group", name, "dropped_unconsumed", g.Lag)
-				if err := qs.RemoveGroup(w.name, name); err != nil {
-					return fmt.Errorf("queue %s: remove group %s: %w", w.name, name, err)
-				}
-			}
-		}
-	}
-	// A queue the app no longer has keeps its data (the producer or the
-	// connection may come back), but nobody reads it now: say so.
-	for _, q := range list {
-		if n := unconsumed(q); !planned[q.Name] && n > 0 {
-			var groups []string
-			for _, g := range q.Groups {
-				groups = append(groups, fmt.Sprintf("%s (%d)", g.Name, g.Lag))
-			}
-			a.log.Warn("a queue no longer in the app holds events nobody will read", "queue", q.Name, "unconsumed", n, "groups", strings.Join(groups, ", "))
-		}
-	}
-	if len(keyRecords) > 0 {
-		return a.st.setMeta(keyRecords...)
-	}
-	return nil
-}
-
-// unconsumed is how many stored events of a queue some group has not
-// consumed yet, or, without groups, how many it stores.
-func unconsumed(q queue.QueueInfo) int64 {
-	if len(q.Groups) == 0 {
-		return q.Events
-	}
-	var n int64
-	for _, g := range q.Groups {
-		n = max(n, g.Lag)
-	}
-	return n
-}
-
-func describeKey(k string) string {
-	if k == "" {
-		return "no key (spread over the partitions)"
-	}
-	return fmt.Sprintf("the key %q", k)
 }
 
 // build creates every instance (the flowlet value, its Init, its store, its

@@ -65,18 +65,16 @@ func (s *store) setMeta(kv ...string) error {
 	return tx.SyncBadger(s.db)
 }
 
-// claimApp checks that the store is app's, and records it as app's when it
-// is new. A store from before the record is app's if it holds flowlet state
-// of app, or of no app at all.
-func (s *store) claimApp(app string) error {
+// checkApp checks that the store is app's. A store from before the record
+// is app's if it holds flowlet state of app, or of no app at all.
+func (s *store) checkApp(app string) error {
 	name, ok, err := s.getMeta(appNameKey)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		// A store from before the record: it is app's if app has state in
-		// it (older versions let a renamed app run on, so there may be
-		// more than one), else it belongs to the app that does.
+		// Older versions let a renamed app run on, so there may be state
+		// of more than one app.
 		apps, err := s.stateApps()
 		if err != nil {
 			return err
@@ -89,10 +87,18 @@ func (s *store) claimApp(app string) error {
 		return fmt.Errorf("%w: %s holds the state and queues of app %q, and this app is %q: flowlet state is kept per app name, so its sources would start over while the queues still hold %q's events — keep app: %s, or give this app a data directory of its own (--data)",
 			ErrOtherApp, s.dir, name, app, name, name)
 	}
-	if !ok {
-		return s.setMeta(appNameKey, app)
-	}
 	return nil
+}
+
+// claimApp checks that the store is app's and records it as app's.
+func (s *store) claimApp(app string) error {
+	if err := s.checkApp(app); err != nil {
+		return err
+	}
+	if _, ok, err := s.getMeta(appNameKey); err != nil || ok {
+		return err
+	}
+	return s.setMeta(appNameKey, app)
 }
 
 // stateApps lists the app names that have flowlet state in the store.

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os/signal"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -21,6 +22,7 @@ import (
 )
 
 func (g *globals) validateCmd() *cobra.Command {
+	var againstStore bool
 	c := &cobra.Command{
 		Use:     "validate APP.yaml",
 		Aliases: []string{"lint"},
@@ -42,6 +44,19 @@ func (g *globals) validateCmd() *cobra.Command {
 				err = runtime.CheckPlugins(ctx, plan, runtime.Options{DataDir: g.dataDir(plan.App),
 					AppDir: filepath.Dir(args[0]), PluginCacheDir: g.pluginCache, Logger: log})
 			}
+			// With --store: what a run would change in the app's store, or
+			// why it would refuse to run on it; nothing is changed.
+			var store *storeCheck
+			if err == nil && againstStore {
+				store = &storeCheck{Dir: g.dataDir(plan.App), Changes: []string{}}
+				if _, serr := os.Stat(store.Dir); serr != nil {
+					store.None = true
+				} else if changes, serr := runtime.CheckStore(plan, store.Dir); serr != nil {
+					store.Error, err = serr.Error(), fmt.Errorf("store %s: %w", store.Dir, serr)
+				} else {
+					store.Changes = changes
+				}
+			}
 			var el planner.ErrorList
 			if g.asJSON {
 				type ej struct {
@@ -51,13 +66,15 @@ func (g *globals) validateCmd() *cobra.Command {
 					Message string `json:"message"`
 				}
 				out := struct {
-					Valid  bool `json:"valid"`
-					Errors []ej `json:"errors"`
-				}{Valid: err == nil, Errors: []ej{}}
+					Valid  bool        `json:"valid"`
+					Errors []ej        `json:"errors"`
+					Store  *storeCheck `json:"store,omitempty"`
+				}{Valid: err == nil, Errors: []ej{}, Store: store}
+				isList := err != nil && errorsAs(err, &el)
 				for _, e := range el {
 					out.Errors = append(out.Errors, ej{e.File, e.Line, e.Col, e.Msg})
 				}
-				if err != nil && !errorsAs(err, &el) {
+				if err != nil && !isList && (store == nil || store.Error == "") {
 					// Not a problem in the file (it cannot be read, a
 					// plugin does not build): still an answer on stdout.
 					out.Errors = append(out.Errors, ej{File: args[0], Message: err.Error()})
@@ -78,11 +95,32 @@ func (g *globals) validateCmd() *cobra.Command {
 				return &exitError{ExitFailure, err}
 			}
 			fmt.Fprintf(g.stdout, "%s: ok\n", args[0])
+			switch {
+			case store == nil:
+			case store.None:
+				fmt.Fprintf(g.stdout, "store %s: none yet (a run creates it)\n", store.Dir)
+			case len(store.Changes) == 0:
+				fmt.Fprintf(g.stdout, "store %s: a run changes nothing in it\n", store.Dir)
+			default:
+				fmt.Fprintf(g.stdout, "store %s: a run would\n", store.Dir)
+				for _, ch := range store.Changes {
+					fmt.Fprintf(g.stdout, "  %s\n", ch)
+				}
+			}
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&againstStore, "store", false, "also check the app against its store (--data): what a run would change in it, or why it would refuse to run; nothing is changed")
 	g.addJSON(c)
 	return c
+}
+
+// storeCheck is validate --store's answer.
+type storeCheck struct {
+	Dir     string   `json:"dir"`
+	None    bool     `json:"none,omitempty"` // no store yet
+	Changes []string `json:"changes"`
+	Error   string   `json:"error,omitempty"`
 }
 
 func (g *globals) planCmd() *cobra.Command {

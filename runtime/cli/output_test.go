@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -75,5 +76,86 @@ func TestValidateJSONMissingFile(t *testing.T) {
 	}
 	if out.Valid || len(out.Errors) != 1 || out.Errors[0].File != missing || !strings.Contains(out.Errors[0].Message, "no such file") {
 		t.Errorf("got %+v", out)
+	}
+}
+
+// validate --json lists every problem of the file with its position (the
+// list came out empty).
+func TestValidateJSONFileErrors(t *testing.T) {
+	app := filepath.Join(t.TempDir(), "app.yaml")
+	if err := os.WriteFile(app, []byte("app: x\nflowlets:\n  a: {type: nope}\n  b: {type: nada}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, _ := runCLI2(t, "validate", "--json", app)
+	var out struct {
+		Valid  bool `json:"valid"`
+		Errors []struct {
+			Line    int    `json:"line"`
+			Message string `json:"message"`
+		} `json:"errors"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil || code != ExitFailure {
+		t.Fatalf("exit %d, stdout %q: %v", code, stdout, err)
+	}
+	if out.Valid || len(out.Errors) != 2 || out.Errors[0].Line != 3 || !strings.Contains(out.Errors[1].Message, `unknown flowlet type "nada"`) {
+		t.Errorf("got %+v", out)
+	}
+}
+
+// validate --store says what a run would change in the app's store, or why
+// it would refuse, and changes nothing.
+func TestValidateAgainstStore(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	write := func(name, src string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	v1 := write("v1.yaml", `app: vs
+flowlets:
+  gen: {type: generator, config: {count: 100}}
+  a: {type: file_sink, config: {path: `+filepath.Join(dir, "a.txt")+`}}
+  b: {type: file_sink, config: {path: `+filepath.Join(dir, "b.txt")+`}}
+connections:
+  - {from: gen, to: a}
+  - {from: gen, to: b}
+`)
+	code, stdout, _ := runCLI2(t, "validate", "--store", "--data", data, v1)
+	if code != 0 || !strings.Contains(stdout, "store "+data+": none yet") {
+		t.Fatalf("no store yet: exit %d\n%s", code, stdout)
+	}
+	if code, out := runCLI(t, "run", "--drain", "--progress", "never", "--http", "off", "--no-sync", "--data", data, v1); code != 0 {
+		t.Fatalf("run: exit %d\n%s", code, out)
+	}
+	code, stdout, _ = runCLI2(t, "validate", "--store", "--data", data, v1)
+	if code != 0 || !strings.Contains(stdout, "a run changes nothing in it") {
+		t.Fatalf("the same app: exit %d\n%s", code, stdout)
+	}
+	src, _ := os.ReadFile(v1)
+	renamed := write("v2.yaml", strings.NewReplacer("  a: {", "  a2: {", "to: a}", "to: a2}").Replace(string(src)))
+	code, stdout, _ = runCLI2(t, "validate", "--store", "--data", data, renamed)
+	for _, want := range []string{"add consumer group a2 (fifo×1) to queue gen.out", "remove consumer group a of queue gen.out, dropping 0 unconsumed events", "create queue a2.dlq"} {
+		if code != 0 || !strings.Contains(stdout, want) {
+			t.Errorf("renamed a: exit %d, want %q in\n%s", code, want, stdout)
+		}
+	}
+	refused := write("v3.yaml", strings.Replace(string(src), "{from: gen, to: b}", "{from: gen, to: b, strategy: round_robin}", 1))
+	code, stdout, stderr := runCLI2(t, "validate", "--store", "--data", data, refused)
+	if code != ExitFailure || !strings.Contains(stderr, "consumer group b was fifo and is now round_robin") {
+		t.Errorf("a refused change: exit %d\n%s%s", code, stdout, stderr)
+	}
+	// Nothing changed: the renamed app's check still sees group a.
+	code, stdout, _ = runCLI2(t, "validate", "--store", "--json", "--data", data, renamed)
+	var out struct {
+		Valid bool `json:"valid"`
+		Store struct {
+			Changes []string `json:"changes"`
+		} `json:"store"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil || code != 0 || !out.Valid || !strings.Contains(strings.Join(out.Store.Changes, "\n"), "remove consumer group a of queue gen.out") {
+		t.Errorf("validate --store --json: exit %d, %+v (%v)\n%s", code, out, err, stdout)
 	}
 }
