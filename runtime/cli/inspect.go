@@ -2,8 +2,8 @@ package cli
 
 import (
 	"fmt"
-	"os/signal"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"sort"
