@@ -29,6 +29,11 @@ type Backend interface {
 	// Rescale changes a group's instance count while producers and consumers
 	// keep running: no loss, no duplicate, per-key order kept.
 	Rescale(queue, group string, instances int) error
+	// SetStrategy changes which instance of a group reads which partition:
+	// its cursors are per partition, so nothing is lost or repeated. What
+	// the order of a key needs (its events in one partition) is the
+	// producer's part.
+	SetStrategy(queue, group string, s Strategy) error
 	// Info describes one queue, Queues all of them, without consuming.
 	Info(queue string) (QueueInfo, error)
 	Queues() ([]QueueInfo, error)

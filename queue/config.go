@@ -82,12 +82,19 @@ func (g Group) Validate(cfg Config) error {
 	if err := CheckName("group", g.Name); err != nil {
 		return err
 	}
-	switch g.Strategy {
-	case FIFO, RoundRobin, Hash:
-	default:
-		return fmt.Errorf("%w: unknown strategy %q", ErrBadConfig, g.Strategy)
+	if err := g.Strategy.Validate(); err != nil {
+		return err
 	}
 	return checkInstances(g.Instances, cfg)
+}
+
+// Validate checks that s is a known strategy.
+func (s Strategy) Validate() error {
+	switch s {
+	case FIFO, RoundRobin, Hash:
+		return nil
+	}
+	return fmt.Errorf("%w: unknown strategy %q", ErrBadConfig, s)
 }
 
 func checkInstances(n int, cfg Config) error {

@@ -78,6 +78,20 @@ func (q *Queues) RemoveGroup(queue, group string) error {
 	return q.b.RemoveGroup(queue, group)
 }
 
+// SetStrategy changes a group's strategy (Backend.SetStrategy).
+func (q *Queues) SetStrategy(queue, group string, s Strategy) error {
+	if _, err := q.config(queue); err != nil {
+		return err
+	}
+	if err := CheckName("group", group); err != nil {
+		return err
+	}
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	return q.b.SetStrategy(queue, group, s)
+}
+
 // Rescale sets a group's instance count; see the package doc for the handoff.
 func (q *Queues) Rescale(queue, group string, instances int) error {
 	cfg, err := q.config(queue)

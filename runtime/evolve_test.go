@@ -110,8 +110,8 @@ connections:
 	}
 }
 
-// A start that is refused (here: a strategy change on one queue) has not
-// removed another queue's group first: its backlog is all there.
+// A start that is refused (here: a partition count change on one queue) has
+// not removed another queue's group first: its backlog is all there.
 func TestRefusedStartChangesNothing(t *testing.T) {
 	dir := t.TempDir()
 	v1 := `app: refuse
@@ -127,13 +127,13 @@ connections:
   - {from: g2, to: b}
 `
 	fillBacklog(t, dir, v1, "a")
-	// a goes (its group on g1.out would be removed), and b's strategy
-	// changes, which is refused.
+	// a goes (its group on g1.out would be removed), and g2.out's
+	// partition count changes, which is refused.
 	v2 := strings.Replace(strings.Replace(v1, "  - {from: g1, to: a}\n", "", 1), "  a: {type: t_count}\n", "", 1)
-	v2 = strings.Replace(v2, "{from: g2, to: b}", "{from: g2, to: b, strategy: round_robin}", 1)
+	v2 = strings.Replace(v2, "{from: g2, to: b}", "{from: g2, to: b, partitions: 16}", 1)
 	err := openErr(t, dir, v2)
-	if err == nil || !strings.Contains(err.Error(), "consumer group b was fifo and is now round_robin") {
-		t.Fatalf("strategy change: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "queue g2.out has 64 partitions and the app now asks for 16") {
+		t.Fatalf("partition count change: %v", err)
 	}
 	a := runDrain(t, dir, v1, runtime.Options{NoSync: true})
 	defer a.Close()
@@ -284,5 +284,31 @@ connections:
 	defer a.Close()
 	if n := counter(t, a, "d", "n", "total"); n != 0 {
 		t.Fatalf("the renamed consumer counted %d events its predecessor had consumed", n)
+	}
+}
+
+// A group's strategy may change between runs, backlog and all (it only
+// says which instance reads which partition); to hash under a backlog
+// spread without the key it is refused by the key check.
+func TestStrategyChangeAppliesOrIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	app := func(conn string) string {
+		return `app: strat
+flowlets:
+  gen: {type: generator, config: {count: 300, keys: {k: "k{mod:5}"}}}
+  c: {type: t_count, instances: 2}
+connections:
+  - {from: gen, to: c, ` + conn + `}
+`
+	}
+	fillBacklog(t, dir, app("strategy: round_robin"), "c")
+	err := openErr(t, dir, app("strategy: hash, key: k"))
+	if err == nil || !strings.Contains(err.Error(), `holds 300 events not consumed yet that were partitioned by no key`) {
+		t.Fatalf("round_robin to hash under a keyless backlog: %v", err)
+	}
+	a := runDrain(t, dir, app("strategy: fifo"), runtime.Options{NoSync: true})
+	defer a.Close()
+	if n := counter(t, a, "c", "n", "total"); n != 300 {
+		t.Fatalf("after round_robin to fifo: %d events counted, want 300", n)
 	}
 }

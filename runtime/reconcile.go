@@ -21,6 +21,7 @@ type storeChange struct {
 	cfg          queue.Config
 	g            queue.Group
 	from         int   // rescale: the stored instance count
+	oldStrategy  queue.Strategy
 	lost         int64 // remove: unconsumed events the group drops; orphan: events nobody reads
 	groups       string
 }
@@ -31,6 +32,7 @@ const (
 	createQueue changeKind = iota
 	addGroup
 	rescaleGroup
+	restrategyGroup
 	removeGroup
 	orphanQueue // no change: a queue the app no longer has
 )
@@ -43,6 +45,8 @@ func (c storeChange) String() string {
 		return fmt.Sprintf("add consumer group %s (%s×%d) to queue %s, starting where the queue's other groups are", c.g.Name, c.g.Strategy, c.g.Instances, c.queue)
 	case rescaleGroup:
 		return fmt.Sprintf("rescale consumer group %s of queue %s from %d to %d instances", c.group, c.queue, c.from, c.g.Instances)
+	case restrategyGroup:
+		return fmt.Sprintf("change consumer group %s of queue %s from %s to %s", c.group, c.queue, c.oldStrategy, c.g.Strategy)
 	case removeGroup:
 		return fmt.Sprintf("remove consumer group %s of queue %s, dropping %d unconsumed events", c.group, c.queue, c.lost)
 	default:
@@ -126,13 +130,17 @@ func planStore(plan *planner.Plan, st *store) (storePlan, error) {
 		for _, g := range w.groups {
 			old, ok := existing[g.Name]
 			delete(existing, g.Name)
-			switch {
-			case !ok:
+			if !ok {
 				sp.changes = append(sp.changes, storeChange{kind: addGroup, queue: w.name, g: g})
-			case old.Strategy != g.Strategy:
-				return sp, fmt.Errorf("queue %s: consumer group %s was %s and is now %s; changing the strategy of a group with stored progress is not supported (keep strategy: %s, or use a new data directory)",
-					w.name, g.Name, old.Strategy, g.Strategy, old.Strategy)
-			case old.Instances != g.Instances:
+				continue
+			}
+			// A strategy only says which instance reads which partition
+			// (the cursors are per partition); a key's order rests on the
+			// partitioning, which the key check above guards.
+			if old.Strategy != g.Strategy {
+				sp.changes = append(sp.changes, storeChange{kind: restrategyGroup, queue: w.name, group: g.Name, g: g, oldStrategy: old.Strategy})
+			}
+			if old.Instances != g.Instances {
 				sp.changes = append(sp.changes, storeChange{kind: rescaleGroup, queue: w.name, group: g.Name, g: g, from: old.Instances})
 			}
 		}
@@ -179,6 +187,9 @@ func (a *App) reconcile() error {
 		case rescaleGroup:
 			a.log.Info("rescaling consumer group", "queue", c.queue, "group", c.group, "from", c.from, "to", c.g.Instances)
 			err = qs.Rescale(c.queue, c.group, c.g.Instances)
+		case restrategyGroup:
+			a.log.Info("changing the strategy of a consumer group", "queue", c.queue, "group", c.group, "from", c.oldStrategy, "to", c.g.Strategy)
+			err = qs.SetStrategy(c.queue, c.group, c.g.Strategy)
 		case removeGroup:
 			a.log.Warn("removing consumer group no longer in the app", "queue", c.queue, "group", c.group, "dropped_unconsumed", c.lost)
 			err = qs.RemoveGroup(c.queue, c.group)

@@ -628,6 +628,36 @@ func (b *Backend) Rescale(name, group string, instances int) error {
 	return nil
 }
 
+// SetStrategy implements queue.Backend. Like Rescale, only the assignment of
+// partitions to instances changes (consumer.go's partitions): the cursors
+// are per partition.
+func (b *Backend) SetStrategy(name, group string, s queue.Strategy) error {
+	q, err := b.queue(name)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	g := q.groups[group]
+	if g == nil {
+		return fmt.Errorf("%w: %q of queue %q", queue.ErrUnknownGroup, group, name)
+	}
+	m := q.meta
+	m.Groups = append([]groupMeta(nil), m.Groups...)
+	for i := range m.Groups {
+		if m.Groups[i].Name == group {
+			m.Groups[i].Strategy = s
+		}
+	}
+	if err := b.saveMeta(name, &m, nil); err != nil {
+		return err
+	}
+	q.meta = m
+	g.meta.Strategy = s
+	q.notify() // partitions changed owners
+	return nil
+}
+
 // Maintain implements queue.Backend: one eviction pass, then a reclaim
 // (reclaim.go: memtable flush, LSM compaction, value-log GC) whatever was
 // freed. The background loop does the same on its own once ReclaimBytes

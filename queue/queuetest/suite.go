@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -37,6 +38,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 		{"ConsumerFeedsOwnQueue", testConsumerFeedsOwnQueue},
 		{"Priorities", testPriorities},
 		{"RescaleUnderLoad", testRescale},
+		{"StrategyChange", testStrategyChange},
 		{"TTL", testTTL},
 		{"DepthLimits", testDepth},
 		{"EvictionFreesDisk", testEviction},
@@ -384,6 +386,60 @@ func testNewGroupStart(t *testing.T, e *Env) {
 	cn3, _ := e.Queues.Consumer("q3", "n", 0)
 	expectExactly(t, payloads(drain(t, e, cn3, 10)), "h", 3)
 	expectExactly(t, payloads(drain(t, e, ca3, 10)), "h", 3)
+}
+
+// testStrategyChange: a group's strategy changes between steps (hash,
+// fifo, round_robin, hash again): every event is delivered once, and a key's
+// events in their order (they share a partition, which one transaction reads
+// at a time whatever the strategy).
+func testStrategyChange(t *testing.T, e *Env) {
+	must(t, e.Queues.CreateQueue("q", queue.Config{Partitions: 8}))
+	must(t, e.Queues.AddGroup("q", queue.Group{Name: "g", Strategy: queue.Hash, Instances: 2}))
+	produce(t, e, "q", "e", 400, 25, func(i int) []byte { return []byte{byte(i % 11)} })
+	c0, _ := e.Queues.Consumer("q", "g", 0)
+	c1, _ := e.Queues.Consumer("q", "g", 1)
+	var got []queue.Entry
+	step := func(c queue.Consumer, n int) {
+		var es []queue.Entry
+		must(t, Step(e.Coord, func() (err error) { es, err = c.Dequeue(n); return err }, c))
+		got = append(got, es...)
+	}
+	for _, s := range []queue.Strategy{queue.Hash, queue.FIFO, queue.RoundRobin, queue.Hash} {
+		must(t, e.Queues.SetStrategy("q", "g", s))
+		step(c0, 37)
+		from := len(got)
+		step(c1, 41)
+		if s != queue.FIFO {
+			for _, en := range got[from:] {
+				if en.ID.Partition%2 != 1 {
+					t.Fatalf("%s: instance 1 of 2 read partition %d", s, en.ID.Partition)
+				}
+			}
+		} else if !slices.ContainsFunc(got[from:], func(en queue.Entry) bool { return en.ID.Partition%2 == 0 }) {
+			// Instance 0 took 37 events from its partitions just before:
+			// under fifo instance 1 takes the next free partitions, even
+			// ones among them.
+			t.Fatalf("fifo: instance 1 read only its hash partitions: the strategy did not change")
+		}
+	}
+	got = append(got, drain(t, e, c0, 50)...)
+	got = append(got, drain(t, e, c1, 50)...)
+	expectExactly(t, payloads(got), "e", 400)
+	last := map[int]int{}
+	for _, en := range got {
+		var i int
+		fmt.Sscanf(string(en.Payload), "e-%d", &i)
+		if prev, ok := last[i%11]; ok && i < prev {
+			t.Fatalf("key %d: e-%d after e-%d", i%11, i, prev)
+		}
+		last[i%11] = i
+	}
+	if err := e.Queues.SetStrategy("q", "g", "lifo"); !errors.Is(err, queue.ErrBadConfig) {
+		t.Errorf("unknown strategy: %v", err)
+	}
+	if err := e.Queues.SetStrategy("q", "nope", queue.FIFO); !errors.Is(err, queue.ErrUnknownGroup) {
+		t.Errorf("unknown group: %v", err)
+	}
 }
 
 func testAbortRedelivers(t *testing.T, e *Env) {

@@ -142,9 +142,14 @@ connections:
 			t.Errorf("renamed a: exit %d, want %q in\n%s", code, want, stdout)
 		}
 	}
-	refused := write("v3.yaml", strings.Replace(string(src), "{from: gen, to: b}", "{from: gen, to: b, strategy: round_robin}", 1))
+	restrategy := write("v3.yaml", strings.Replace(string(src), "{from: gen, to: b}", "{from: gen, to: b, strategy: round_robin}", 1))
+	code, stdout, _ = runCLI2(t, "validate", "--store", "--data", data, restrategy)
+	if code != 0 || !strings.Contains(stdout, "change consumer group b of queue gen.out from fifo to round_robin") {
+		t.Errorf("a strategy change: exit %d\n%s", code, stdout)
+	}
+	refused := write("v4.yaml", strings.Replace(string(src), "{from: gen, to: b}", "{from: gen, to: b, partitions: 8}", 1))
 	code, stdout, stderr := runCLI2(t, "validate", "--store", "--data", data, refused)
-	if code != ExitFailure || !strings.Contains(stderr, "consumer group b was fifo and is now round_robin") {
+	if code != ExitFailure || !strings.Contains(stderr, "queue gen.out has 64 partitions and the app now asks for 8") {
 		t.Errorf("a refused change: exit %d\n%s%s", code, stdout, stderr)
 	}
 	// Nothing changed: the renamed app's check still sees group a.
