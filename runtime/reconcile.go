@@ -20,7 +20,7 @@ type storeChange struct {
 	queue, group string
 	cfg          queue.Config
 	g            queue.Group
-	from         int   // rescale: the stored instance count
+	from         int // rescale: the stored instance count
 	oldStrategy  queue.Strategy
 	lost         int64 // remove: unconsumed events the group drops; orphan: events nobody reads
 	groups       string
