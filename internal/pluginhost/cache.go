@@ -1,7 +1,6 @@
 package pluginhost
 
 import (
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -19,9 +18,11 @@ import (
 // the entries not used for Options.CacheMaxAge.
 //
 // A running host does not depend on its entry staying: Open hard-links the
-// binary into the host's own temporary directory (or copies it there, when
-// the cache is on another file system) and starts its processes from there,
-// so a restart after another app trimmed the entry still finds the binary.
+// binary into the host's own temporary directory and starts its processes
+// from there, so a restart after another app trimmed the entry still finds
+// the binary. Where the cache is on another file system the link fails and
+// the host keeps its entry's time fresh while it is open (keepFresh), so no
+// trim takes it.
 
 const (
 	// DefaultCacheMaxAge is how long an unused built plugin stays (Go's
@@ -110,25 +111,16 @@ func isKeyDir(name string) bool {
 	return true
 }
 
-// copyExecutable copies the file at src to dst (new), executable.
-func copyExecutable(src, dst string) (err error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := out.Close(); err == nil {
-			err = cerr
+// keepFresh marks bin used every interval until stop is closed.
+func keepFresh(bin string, every time.Duration, stop <-chan struct{}) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			markUsed(bin, now)
 		}
-		if err != nil {
-			os.Remove(dst)
-		}
-	}()
-	_, err = io.Copy(out, in)
-	return err
+	}
 }

@@ -119,25 +119,32 @@ func TestMarkUsed(t *testing.T) {
 	}
 }
 
-// copyExecutable makes an executable copy, and leaves nothing behind when it
-// cannot (the destination exists).
-func TestCopyExecutable(t *testing.T) {
-	dir := t.TempDir()
-	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
-	if err := os.WriteFile(src, []byte("#!/bin/sh\n"), 0o644); err != nil {
+// keepFresh refreshes the entry of a plugin whose binary could not be
+// linked, while the plugin is open.
+func TestKeepFresh(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "plugin")
+	if err := os.WriteFile(bin, []byte("x"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := copyExecutable(src, dst); err != nil {
-		t.Fatal(err)
+	old := time.Now().Add(-48 * time.Hour)
+	os.Chtimes(bin, old, old)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { keepFresh(bin, time.Millisecond, stop); close(done) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := os.Stat(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(st.ModTime()) < time.Hour {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the entry was not refreshed")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	st, err := os.Stat(dst)
-	if err != nil || st.Mode().Perm()&0o100 == 0 || st.Size() != 10 {
-		t.Fatalf("copy: %v %v", st, err)
-	}
-	if err := copyExecutable(src, dst); err == nil {
-		t.Error("copied over an existing file")
-	}
-	if b, _ := os.ReadFile(dst); string(b) != "#!/bin/sh\n" {
-		t.Errorf("the failed copy changed the existing file: %q", b)
-	}
+	close(stop)
+	<-done
 }

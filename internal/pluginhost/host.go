@@ -93,11 +93,13 @@ type Plugin struct {
 	flowlet string
 	path    string // as written
 	bin     string // the executable: the cache's for a built plugin
-	exe     string // what processes start: bin, or a hard link or copy of it in sockDir
+	exe     string // what processes start: bin, or a hard link of it in sockDir
 	built   bool   // bin is in the build cache
-	sockDir string // holds each process's PLUGIN_UNIX_SOCKET_DIR (proc.go)
-	opts    Options
-	info    *pb.TypeInfo
+	// stopFresh ends keepFresh (nil: processes start from a link).
+	stopFresh chan struct{}
+	sockDir   string // holds each process's PLUGIN_UNIX_SOCKET_DIR (proc.go)
+	opts      Options
+	info      *pb.TypeInfo
 
 	mu     sync.Mutex
 	spare  *proc // the process Open described the type with, for the first instance
@@ -145,12 +147,17 @@ func Open(ctx context.Context, flowletName, path, appDir string, opts Options) (
 	}
 	p.exe = p.bin
 	if p.built = st.IsDir(); p.built {
-		// Processes start from a file of our own: the cache entry may be
-		// trimmed by another app while this one runs (cache.go). A hard
-		// link, or a copy where the cache is on another file system.
+		// Processes start from a hard link of our own: the cache entry may
+		// be trimmed by another app while this one runs (cache.go). Where
+		// the cache is on another file system (a tmpfs /tmp) the link
+		// fails; a copy there would cost RAM and may not run (noexec), so
+		// the host keeps the entry fresh instead while it is open.
 		own := filepath.Join(p.sockDir, filepath.Base(p.bin))
-		if os.Link(p.bin, own) == nil || copyExecutable(p.bin, own) == nil {
+		if os.Link(p.bin, own) == nil {
 			p.exe = own
+		} else {
+			p.stopFresh = make(chan struct{})
+			go keepFresh(p.bin, usedRefresh, p.stopFresh)
 		}
 	}
 	pr, err := p.start(ctx, 0)
@@ -293,6 +300,10 @@ func (p *Plugin) Close() error {
 	}
 	for _, in := range live {
 		in.kill()
+	}
+	if p.stopFresh != nil {
+		close(p.stopFresh)
+		p.stopFresh = nil
 	}
 	return os.RemoveAll(p.sockDir)
 }
