@@ -1,7 +1,11 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/flowrun/flowrun/planner"
@@ -107,8 +111,17 @@ func planStore(plan *planner.Plan, st *store) (storePlan, error) {
 			if err != nil {
 				return sp, err
 			}
-			if ok && recorded && rec != *w.key {
-				if n := unconsumed(info); n > 0 {
+			if ok && !recorded && !hasHashGroup(info) {
+				// A store from before the record: a queue no group hashed
+				// was partitioned without a key. (With a hash group the key
+				// is taken to be the app's, as before the record.)
+				rec, recorded = "", true
+			}
+			if ok && recorded && rec != *w.key && *w.key != "" {
+				// Hash groups will read, by the new key, what the old one
+				// partitioned: the kept groups' backlogs, and a new group's
+				// (it starts where all existing groups are).
+				if n := unconsumedBy(info, w.groups); n > 0 {
 					return sp, fmt.Errorf("queue %s holds %d events not consumed yet that were partitioned by %s, and the app now partitions it by %s: their per-key order could not be kept — let them drain with the app as it was (flowrun run --drain), or use a new data directory",
 						w.name, n, describeKey(rec), describeKey(*w.key))
 				}
@@ -206,10 +219,20 @@ func (a *App) reconcile() error {
 	return nil
 }
 
+// StoreExists reports whether dir holds a store (its MANIFEST).
+func StoreExists(dir string) (bool, error) {
+	_, err := os.Stat(filepath.Join(dir, "MANIFEST"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // CheckStore works out what a run of plan would change in the store at
-// dataDir, without changing anything: the changes, one line each, or the
-// reason the run would be refused. A directory without a store has none
-// (everything is new).
+// dataDir, without changing the app's queues, groups or records: the
+// changes, one line each, or the reason the run would be refused. The store
+// is opened as the read commands open it (Badger's crash recovery runs, as
+// on any open).
 func CheckStore(plan *planner.Plan, dataDir string) ([]string, error) {
 	st, err := openStore(dataDir, storeOptions{durable: true, existing: true, evictInterval: -1, gcInterval: -1})
 	if err != nil {
@@ -225,6 +248,35 @@ func CheckStore(plan *planner.Plan, dataDir string) ([]string, error) {
 		out = append(out, c.String())
 	}
 	return out, nil
+}
+
+// unconsumedBy is how many of q's stored events the groups of the app (want)
+// will read: the largest backlog of a kept group, or, when a group is new,
+// of any stored group (a new group starts where they all are), or without
+// stored groups everything stored.
+func unconsumedBy(q queue.QueueInfo, want []queue.Group) int64 {
+	stored := map[string]int64{}
+	for _, g := range q.Groups {
+		stored[g.Name] = g.Lag
+	}
+	var n int64
+	for _, g := range want {
+		lag, kept := stored[g.Name]
+		if !kept {
+			return unconsumed(q)
+		}
+		n = max(n, lag)
+	}
+	return n
+}
+
+func hasHashGroup(q queue.QueueInfo) bool {
+	for _, g := range q.Groups {
+		if g.Strategy == queue.Hash {
+			return true
+		}
+	}
+	return false
 }
 
 // unconsumed is how many stored events of a queue some group has not

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"golang.org/x/sys/unix"
 
 	"github.com/flowrun/flowrun/internal/badgerutil"
 	"github.com/flowrun/flowrun/queue"
@@ -57,11 +58,22 @@ func openStore(dir string, o storeOptions) (*store, error) {
 			return nil, fmt.Errorf("data directory: %w", err)
 		}
 	}
-	if err := checkStoreDir(dir, o.existing); err != nil {
+	// Badger's own lock, held while the directory is checked and repaired:
+	// a running app may be creating a log file (empty for an instant)
+	// that RemoveEmptyLogFiles would take for a crash's leftover.
+	unlock, err := lockStoreDir(dir)
+	if err != nil {
 		return nil, err
 	}
-	if err := badgerutil.RemoveEmptyLogFiles(dir); err != nil {
-		return nil, fmt.Errorf("data directory %s: %w", dir, err)
+	err = checkStoreDir(dir, o.existing)
+	if err == nil {
+		if err = badgerutil.RemoveEmptyLogFiles(dir); err != nil {
+			err = fmt.Errorf("data directory %s: %w", dir, err)
+		}
+	}
+	unlock() // Badger takes it again as it opens
+	if err != nil {
+		return nil, err
 	}
 	var blog badger.Logger
 	if o.log != nil {
@@ -118,4 +130,24 @@ func (s *store) close() error {
 		errs = append(errs, s.db.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// lockStoreDir takes the flock Badger holds on dir/LOCK while a DB is open;
+// ErrLocked if a running app holds it. No LOCK file: nothing to take.
+func lockStoreDir(dir string) (unlock func(), err error) {
+	f, err := os.Open(filepath.Join(dir, "LOCK"))
+	if err != nil {
+		return func() {}, nil
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is in use by another flowrun process; stop it or use its status endpoint", ErrLocked, dir)
+		}
+		return func() {}, nil // a file system without flock: Badger decides
+	}
+	return func() {
+		unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		f.Close()
+	}, nil
 }

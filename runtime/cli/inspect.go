@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -47,14 +46,19 @@ func (g *globals) validateCmd() *cobra.Command {
 			// With --store: what a run would change in the app's store, or
 			// why it would refuse to run on it; nothing is changed.
 			var store *storeCheck
+			fileOK := err == nil
 			if err == nil && againstStore {
 				store = &storeCheck{Dir: g.dataDir(plan.App), Changes: []string{}}
-				if _, serr := os.Stat(store.Dir); serr != nil {
+				exists, serr := runtime.StoreExists(store.Dir)
+				switch {
+				case serr != nil:
+				case !exists:
 					store.None = true
-				} else if changes, serr := runtime.CheckStore(plan, store.Dir); serr != nil {
+				default:
+					store.Changes, serr = runtime.CheckStore(plan, store.Dir)
+				}
+				if serr != nil {
 					store.Error, err = serr.Error(), fmt.Errorf("store %s: %w", store.Dir, serr)
-				} else {
-					store.Changes = changes
 				}
 			}
 			var el planner.ErrorList
@@ -69,7 +73,7 @@ func (g *globals) validateCmd() *cobra.Command {
 					Valid  bool        `json:"valid"`
 					Errors []ej        `json:"errors"`
 					Store  *storeCheck `json:"store,omitempty"`
-				}{Valid: err == nil, Errors: []ej{}, Store: store}
+				}{Valid: fileOK, Errors: []ej{}, Store: store}
 				isList := err != nil && errorsAs(err, &el)
 				for _, e := range el {
 					out.Errors = append(out.Errors, ej{e.File, e.Line, e.Col, e.Msg})

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dgraph-io/badger/v4"
+
 	"github.com/flowrun/flowrun/flowlet"
 )
 
@@ -162,5 +164,43 @@ connections:
 	}
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil || code != 0 || !out.Valid || !strings.Contains(strings.Join(out.Store.Changes, "\n"), "remove consumer group a of queue gen.out") {
 		t.Errorf("validate --store --json: exit %d, %+v (%v)\n%s", code, out, err, stdout)
+	}
+}
+
+// validate --store on an empty data directory creates nothing there; on a
+// store a running app holds, the file is valid and the store check says
+// the app is running.
+func TestValidateStoreEmptyAndLocked(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	app := filepath.Join(dir, "app.yaml")
+	src := "app: lk\nflowlets:\n  gen: {type: generator, config: {count: 10}}\n  out: {type: file_sink, config: {path: " + filepath.Join(dir, "out.txt") + "}}\nconnections:\n  - {from: gen, to: out}\n"
+	if err := os.WriteFile(app, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, _ := runCLI2(t, "validate", "--store", "--data", data, app)
+	if left, _ := os.ReadDir(data); code != 0 || !strings.Contains(stdout, "none yet") || len(left) != 0 {
+		t.Fatalf("empty data directory: exit %d, %d files created\n%s", code, len(left), stdout)
+	}
+	if code, out := runCLI(t, "run", "--drain", "--progress", "never", "--http", "off", "--no-sync", "--data", data, app); code != 0 {
+		t.Fatalf("run: exit %d\n%s", code, out)
+	}
+	db, err := badger.Open(badger.DefaultOptions(data).WithLogger(nil)) // holds the store's lock, as a running app does
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	code, stdout, _ = runCLI2(t, "validate", "--store", "--json", "--data", data, app)
+	var out struct {
+		Valid bool `json:"valid"`
+		Store struct {
+			Error string `json:"error"`
+		} `json:"store"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil || code != ExitFailure || !out.Valid || !strings.Contains(out.Store.Error, "app is running") {
+		t.Fatalf("locked store: exit %d, %+v (%v)\n%s", code, out, err, stdout)
 	}
 }
