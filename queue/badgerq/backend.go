@@ -602,36 +602,19 @@ func (b *Backend) RemoveGroup(name, group string) error {
 // transaction at a time, so the new owner of a partition starts exactly where
 // the old owner's last committed transaction left it.
 func (b *Backend) Rescale(name, group string, instances int) error {
-	q, err := b.queue(name)
-	if err != nil {
-		return err
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	g := q.groups[group]
-	if g == nil {
-		return fmt.Errorf("%w: %q of queue %q", queue.ErrUnknownGroup, group, name)
-	}
-	m := q.meta
-	m.Groups = append([]groupMeta(nil), m.Groups...)
-	for i := range m.Groups {
-		if m.Groups[i].Name == group {
-			m.Groups[i].Instances = instances
-		}
-	}
-	if err := b.saveMeta(name, &m, nil); err != nil {
-		return err
-	}
-	q.meta = m
-	g.meta.Instances = instances
-	q.notify() // partitions changed owners
-	return nil
+	return b.reassign(name, group, func(g *queue.Group) { g.Instances = instances })
 }
 
 // SetStrategy implements queue.Backend. Like Rescale, only the assignment of
 // partitions to instances changes (consumer.go's partitions): the cursors
 // are per partition.
 func (b *Backend) SetStrategy(name, group string, s queue.Strategy) error {
+	return b.reassign(name, group, func(g *queue.Group) { g.Strategy = s })
+}
+
+// reassign applies change to a group's stored and live metadata and wakes
+// the consumers: its partitions may have changed owners.
+func (b *Backend) reassign(name, group string, change func(*queue.Group)) error {
 	q, err := b.queue(name)
 	if err != nil {
 		return err
@@ -646,15 +629,15 @@ func (b *Backend) SetStrategy(name, group string, s queue.Strategy) error {
 	m.Groups = append([]groupMeta(nil), m.Groups...)
 	for i := range m.Groups {
 		if m.Groups[i].Name == group {
-			m.Groups[i].Strategy = s
+			change(&m.Groups[i].Group)
 		}
 	}
 	if err := b.saveMeta(name, &m, nil); err != nil {
 		return err
 	}
 	q.meta = m
-	g.meta.Strategy = s
-	q.notify() // partitions changed owners
+	change(&g.meta.Group)
+	q.notify()
 	return nil
 }
 
