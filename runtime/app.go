@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -284,15 +283,7 @@ func OpenContext(ctx context.Context, plan *planner.Plan, opts Options) (*App, e
 		}
 		a.plugins = ps
 	}
-	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
-		a.closePlugins()
-		return nil, fmt.Errorf("data directory: %w", err)
-	}
-	if err := checkDiskSpace(opts.DataDir, opts.MinFreeDisk); err != nil {
-		a.closePlugins()
-		return nil, err
-	}
-	st, err := openStore(opts.DataDir, storeOptions{durable: !opts.NoSync, log: a.log})
+	st, err := openStore(opts.DataDir, storeOptions{durable: !opts.NoSync, log: a.log, minFreeDisk: opts.MinFreeDisk})
 	if err != nil {
 		a.closePlugins()
 		return nil, err

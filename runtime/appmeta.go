@@ -65,40 +65,31 @@ func (s *store) setMeta(kv ...string) error {
 	return tx.SyncBadger(s.db)
 }
 
-// checkApp checks that the store is app's. A store from before the record
-// is app's if it holds flowlet state of app, or of no app at all.
-func (s *store) checkApp(app string) error {
+// checkApp checks that the store is app's and says whether it records so.
+// A store from before the record is app's if it holds flowlet state of app,
+// or of no app at all.
+func (s *store) checkApp(app string) (recorded bool, err error) {
 	name, ok, err := s.getMeta(appNameKey)
 	if err != nil {
-		return err
+		return false, err
 	}
+	recorded = ok
 	if !ok {
 		// Older versions let a renamed app run on, so there may be state
 		// of more than one app.
 		apps, err := s.stateApps()
 		if err != nil {
-			return err
+			return false, err
 		}
 		if len(apps) > 0 && !slices.Contains(apps, app) {
 			name, ok = apps[0], true
 		}
 	}
 	if ok && name != app {
-		return fmt.Errorf("%w: %s holds the state and queues of app %q, and this app is %q: flowlet state is kept per app name, so its sources would start over while the queues still hold %q's events — keep app: %s, or give this app a data directory of its own (--data)",
+		return recorded, fmt.Errorf("%w: %s holds the state and queues of app %q, and this app is %q: flowlet state is kept per app name, so its sources would start over while the queues still hold %q's events — keep app: %s, or give this app a data directory of its own (--data)",
 			ErrOtherApp, s.dir, name, app, name, name)
 	}
-	return nil
-}
-
-// claimApp checks that the store is app's and records it as app's.
-func (s *store) claimApp(app string) error {
-	if err := s.checkApp(app); err != nil {
-		return err
-	}
-	if _, ok, err := s.getMeta(appNameKey); err != nil || ok {
-		return err
-	}
-	return s.setMeta(appNameKey, app)
+	return recorded, nil
 }
 
 // stateApps lists the app names that have flowlet state in the store.

@@ -192,16 +192,23 @@ connections:
 // setAppRecord rewrites (or, with "", deletes) the app name a store records.
 func setAppRecord(t *testing.T, dir, name string) {
 	t.Helper()
+	setStoreRecord(t, dir, "\x01app/name", name)
+}
+
+// setStoreRecord rewrites (or, with "", deletes) one of the runtime's
+// records in the store at dir/data.
+func setStoreRecord(t *testing.T, dir, key, val string) {
+	t.Helper()
 	db, err := badger.Open(badger.DefaultOptions(filepath.Join(dir, "data")).WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	err = db.Update(func(txn *badger.Txn) error {
-		if name == "" {
-			return txn.Delete([]byte("\x01app/name"))
+		if val == "" {
+			return txn.Delete([]byte(key))
 		}
-		return txn.Set([]byte("\x01app/name"), []byte(name))
+		return txn.Set([]byte(key), []byte(val))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -336,15 +343,8 @@ connections:
 
 	dir = t.TempDir()
 	fillBacklog(t, dir, app("strategy: fifo"), "c")
-	db, err := badger.Open(badger.DefaultOptions(filepath.Join(dir, "data")).WithLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(txn *badger.Txn) error { return txn.Delete([]byte("\x01app/key/gen.out")) }); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	err = openErr(t, dir, app("strategy: hash, key: k"))
+	setStoreRecord(t, dir, "\x01app/key/gen.out", "") // as before the key record
+	err := openErr(t, dir, app("strategy: hash, key: k"))
 	if err == nil || !strings.Contains(err.Error(), "partitioned by no key") {
 		t.Fatalf("fifo to hash on a store without the key record: %v", err)
 	}

@@ -1,11 +1,7 @@
 package runtime
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/flowrun/flowrun/planner"
@@ -60,16 +56,20 @@ func (c storeChange) String() string {
 
 // storePlan is what a run of plan changes in a store.
 type storePlan struct {
-	changes    []storeChange
-	keyRecords []string // key, value, … to record after the changes
+	changes []storeChange
+	records []string // key, value, … of appmeta.go to write after the changes
 }
 
 // planStore works out the changes a run of plan makes to st, or the reason
 // it cannot run on it. It changes nothing.
 func planStore(plan *planner.Plan, st *store) (storePlan, error) {
 	var sp storePlan
-	if err := st.checkApp(plan.App); err != nil {
+	recorded, err := st.checkApp(plan.App)
+	if err != nil {
 		return sp, err
+	}
+	if !recorded {
+		sp.records = append(sp.records, appNameKey, plan.App)
 	}
 	list, err := st.queues.List()
 	if err != nil {
@@ -127,7 +127,7 @@ func planStore(plan *planner.Plan, st *store) (storePlan, error) {
 				}
 			}
 			if !recorded || rec != *w.key {
-				sp.keyRecords = append(sp.keyRecords, queueKeyMeta+w.name, *w.key)
+				sp.records = append(sp.records, queueKeyMeta+w.name, *w.key)
 			}
 		}
 		if !ok {
@@ -187,9 +187,6 @@ func (a *App) reconcile() error {
 	if err != nil {
 		return err
 	}
-	if err := a.st.claimApp(a.plan.App); err != nil {
-		return err
-	}
 	qs := a.st.queues
 	for _, c := range sp.changes {
 		switch c.kind {
@@ -213,19 +210,10 @@ func (a *App) reconcile() error {
 			return fmt.Errorf("%s: %w", c, err)
 		}
 	}
-	if len(sp.keyRecords) > 0 {
-		return a.st.setMeta(sp.keyRecords...)
+	if len(sp.records) > 0 {
+		return a.st.setMeta(sp.records...)
 	}
 	return nil
-}
-
-// StoreExists reports whether dir holds a store (its MANIFEST).
-func StoreExists(dir string) (bool, error) {
-	_, err := os.Stat(filepath.Join(dir, "MANIFEST"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	return err == nil, err
 }
 
 // CheckStore works out what a run of plan would change in the store at

@@ -46,6 +46,9 @@ type storeOptions struct {
 	durable bool
 	// existing: the directory must hold a store already (read commands).
 	existing bool
+	// minFreeDisk: the disk reserve a new or running app keeps
+	// (checkDiskSpace); not checked for existing (read commands).
+	minFreeDisk int64
 	// log receives Badger's warnings (nil: dropped).
 	log           *slog.Logger
 	evictInterval time.Duration
@@ -56,6 +59,9 @@ func openStore(dir string, o storeOptions) (*store, error) {
 	if !o.existing {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("data directory: %w", err)
+		}
+		if err := checkDiskSpace(dir, o.minFreeDisk); err != nil {
+			return nil, err
 		}
 	}
 	// Badger's own lock, held while the directory is checked and repaired:

@@ -29,6 +29,15 @@ import (
 // without losing data.
 var ErrDamagedStore = errors.New("damaged store")
 
+// StoreExists reports whether dir holds a store (its MANIFEST).
+func StoreExists(dir string) (bool, error) {
+	_, err := os.Stat(filepath.Join(dir, "MANIFEST"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // checkStoreDir checks dir before it is opened. A directory without any of
 // Badger's files is a new store, unless existing says it must be one (the
 // read commands: they must not create a store where there is none).

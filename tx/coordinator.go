@@ -421,9 +421,12 @@ func (c *Coordinator) snapshotLocked(spare *snapshot) *snapshot {
 // where time.Now takes two (a visible share of a commit's cost on a VM), and
 // a timeout is a duration, which a step of the wall clock must not stretch
 // or cut short.
-func (c *Coordinator) now() int64 {
+func (c *Coordinator) now() int64 { return c.nowAt(c.sinceOpen()) }
+
+// nowAt is now for a reading of sinceOpen (commit reuses its latency's).
+func (c *Coordinator) nowAt(sinceOpen time.Duration) int64 {
 	if c.realClock {
-		return c.wallBase + int64(time.Since(c.monoBase))
+		return c.wallBase + int64(sinceOpen)
 	}
 	return c.opts.Now().UnixNano()
 }
@@ -644,12 +647,8 @@ func (p Pending) Wait() error {
 
 func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, deferred bool) (Pending, error) {
 	began := c.sinceOpen()
-	now := c.wallBase + int64(began)
-	if !c.realClock {
-		now = c.opts.Now().UnixNano()
-	}
 	c.mu.Lock()
-	st, err := c.liveAtLocked(tx, now)
+	st, err := c.liveAtLocked(tx, c.nowAt(began))
 	if err != nil {
 		c.mu.Unlock()
 		return Pending{}, err
