@@ -304,10 +304,15 @@ func (c *consumer) readLevel(it *badger.Iterator, lp []byte, p int, prio uint8, 
 		return nil, err
 	}
 	// Every in-progress pointer the scan passed (it delivered a newer entry)
-	// may still commit behind the position: a hole.
+	// may still commit behind the position: a hole. At the pointer the scan
+	// started in, the hole starts where the scan did: a transaction with a
+	// newer snapshot (another FIFO instance, a rescale's old owner) may have
+	// committed this state after reading part or all of that pointer's
+	// events, which this older snapshot still sees in progress; a hole from
+	// the pointer's start delivered them again.
 	for _, ip := range t.InProgress() {
 		if ip >= old.wp && ip < ls.pos.wp {
-			addHole(ls, ip)
+			addHoleAt(ls, holeFrom(old, ip))
 			w.changed = true
 		}
 	}
@@ -331,7 +336,19 @@ func (c *consumer) readLevel(it *badger.Iterator, lp []byte, p int, prio uint8, 
 	return out, nil
 }
 
-func addHole(ls *levelState, wp uint64) {
+// holeFrom is where a hole for pointer wp starts when the scan passed it
+// from position from: from itself if it lies inside wp (what lies before it
+// is consumed), else wp's start.
+func holeFrom(from position, wp uint64) position {
+	if from.wp == wp {
+		return from
+	}
+	return position{wp: wp}
+}
+
+// addHoleAt adds a hole at h unless the level has one for h.wp already.
+func addHoleAt(ls *levelState, h position) {
+	wp := h.wp
 	i, found := slices.BinarySearchFunc(ls.holes, wp, func(h position, wp uint64) int {
 		switch {
 		case h.wp < wp:
@@ -342,7 +359,7 @@ func addHole(ls *levelState, wp uint64) {
 		return 0
 	})
 	if !found {
-		ls.holes = slices.Insert(ls.holes, i, position{wp: wp})
+		ls.holes = slices.Insert(ls.holes, i, h)
 	}
 }
 
@@ -370,8 +387,10 @@ func (c *consumer) readRun(it *badger.Iterator, lp []byte, p int, prio uint8, w 
 		after := position{wp: k.wp, chunk: k.chunk + 1}
 		if !t.Visible(k.wp) || t.Owns(k.wp) {
 			if k.wp >= t.FirstInProgress() || t.Owns(k.wp) {
-				// In progress, data already persisted (general path): a hole.
-				addHole(w.st.level(prio), k.wp)
+				// In progress, data already persisted (general path): a
+				// hole, from where the scan is if it is inside k.wp (see
+				// holeFrom).
+				addHoleAt(w.st.level(prio), holeFrom(*pos, k.wp))
 			}
 			*pos = after
 			w.changed = true

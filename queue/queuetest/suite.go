@@ -36,6 +36,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 		{"OlderProducerCommitsLate", testOlderProducer},
 		{"OlderProducerNewPriority", testOlderProducerNewPriority},
 		{"ConsumerFeedsOwnQueue", testConsumerFeedsOwnQueue},
+		{"OlderSnapshotConsumer", testOlderSnapshotConsumer},
 		{"Priorities", testPriorities},
 		{"RescaleUnderLoad", testRescale},
 		{"StrategyChange", testStrategyChange},
