@@ -111,31 +111,45 @@ func (l *FileLog) Recover() (*State, []Edit, error) {
 	}
 	var state *State
 	var from uint64
-	for i := len(snaps) - 1; i >= 0 && state == nil; i-- {
-		b, err := os.ReadFile(l.snapPath(snaps[i]))
+	if n := len(snaps); n > 0 {
+		// Only the newest snapshot counts, and it must be whole. A crash
+		// cannot tear one (it is written to a temporary file, synced, then
+		// renamed), and the segments it covers may be deleted already, so
+		// an older snapshot (or none) would silently lose what it covered:
+		// commits, the invalid list, pointer reservations. Refuse instead.
+		path := l.snapPath(snaps[n-1])
+		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil, nil, err
 		}
 		payload, size, ok := nextFrame(b)
 		if !ok || size != len(b) {
-			continue // a snapshot torn by a crash: fall back to an older one
+			return nil, nil, fmt.Errorf("%w: %s: damaged snapshot (%d bytes, checksum or length wrong)", ErrCorrupt, path, len(b))
 		}
 		if state, err = decodeState(payload); err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("%s: %w", path, err)
 		}
-		from = snaps[i]
+		from = snaps[n-1]
 	}
 	segs, err := l.list("wal-", ".log")
 	if err != nil {
 		return nil, nil, err
 	}
+	// The segments after the snapshot are from, from+1, ... (the first log
+	// starts at 1): a hole means a lost segment, and replaying around it
+	// would skip what it held.
+	segs = slices.DeleteFunc(segs, func(seq uint64) bool { return seq < from })
+	want := max(from, 1)
+	for _, seq := range segs {
+		if seq != want {
+			return nil, nil, fmt.Errorf("%w: %s: segment %s missing (snapshot %d)", ErrCorrupt, l.dir, filepath.Base(l.segPath(want)), from)
+		}
+		want++
+	}
 	var edits []Edit
 	last := from
 	for i, seq := range segs {
 		last = max(last, seq)
-		if seq < from {
-			continue
-		}
 		path := l.segPath(seq)
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -160,8 +174,11 @@ func (l *FileLog) Recover() (*State, []Edit, error) {
 			if i != len(segs)-1 {
 				return nil, nil, fmt.Errorf("%w: %s: damaged at offset %d of %d, before the last segment", ErrCorrupt, path, off, len(b))
 			}
-			// A torn tail: the batch was never acknowledged. Cut it off.
-			if err := os.Truncate(path, int64(off)); err != nil {
+			// A torn tail: the batch was never acknowledged. Cut it off,
+			// durably: the next segment is created (and the directory
+			// synced) next, and a cut lost to a power failure would then
+			// leave the damage before the last segment, which is refused.
+			if err := truncateSync(path, int64(off)); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -377,6 +394,22 @@ func (l *FileLog) writeSnapshot(seq uint64, payload []byte) error {
 		}
 	}
 	return nil
+}
+
+func truncateSync(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func writeFileSync(path string, b []byte) error {

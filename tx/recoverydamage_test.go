@@ -1,0 +1,153 @@
+package tx
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// commitN commits n empty short transactions and returns the last.
+func commitN(t *testing.T, c *Coordinator, n int) *Tx {
+	t.Helper()
+	var last *Tx
+	for i := 0; i < n; i++ {
+		last = must[*Tx](t)(c.StartShort(time.Minute))
+		if err := c.Commit(last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return last
+}
+
+// A damaged snapshot is refused with ErrCorrupt naming the file: the segments
+// it covered are gone, so recovering without it (or from an older one) would
+// lose commits and the invalid list and hand out old pointers again.
+func TestDamagedSnapshotRefused(t *testing.T) {
+	for _, older := range []bool{false, true} {
+		dir := t.TempDir()
+		c := openFileCoord(t, dir, Options{ReserveBlock: 4})
+		commitN(t, c, 10)
+		var olderPath string
+		var olderBytes []byte
+		if older {
+			// An older snapshot left behind (a crash before it was deleted).
+			if err := c.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+			snaps, _ := filepath.Glob(filepath.Join(dir, "snap-*.bin"))
+			olderPath = snaps[0]
+			olderBytes, _ = os.ReadFile(olderPath)
+		}
+		commitN(t, c, 10)
+		if err := c.Snapshot(); err != nil {
+			t.Fatal(err)
+		}
+		if older {
+			if err := os.WriteFile(olderPath, olderBytes, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		last := commitN(t, c, 1)
+		crash(c)
+		snaps, _ := filepath.Glob(filepath.Join(dir, "snap-*.bin"))
+		newest := snaps[len(snaps)-1]
+		b, err := os.ReadFile(newest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)-1] ^= 0x40 // bit rot in the payload: the CRC no longer matches
+		if err := os.WriteFile(newest, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if older {
+			snaps, _ := filepath.Glob(filepath.Join(dir, "snap-*.bin"))
+			if len(snaps) != 2 {
+				t.Fatalf("snapshots %v", snaps)
+			}
+		}
+		l, err := OpenFileLog(dir, FileLogOptions{Sync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c2, err := Open(Options{Log: l, ExpiryInterval: -1})
+		if err == nil {
+			rp := c2.ReadPointer()
+			c2.Close()
+			t.Fatalf("older=%v: opened on a damaged snapshot (read pointer %d, was %d)", older, rp, last.ID)
+		}
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), filepath.Base(newest)) {
+			t.Fatalf("older=%v: %v, want ErrCorrupt naming %s", older, err, filepath.Base(newest))
+		}
+	}
+}
+
+// A snapshot that frames fine but does not decode is refused naming the file.
+func TestUndecodableSnapshotNamesFile(t *testing.T) {
+	dir := t.TempDir()
+	c := openFileCoord(t, dir, Options{})
+	commitN(t, c, 3)
+	if err := c.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	crash(c)
+	snaps, _ := filepath.Glob(filepath.Join(dir, "snap-*.bin"))
+	if err := os.WriteFile(snaps[0], appendFrame(nil, []byte(stateMagic+"\xff")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := OpenFileLog(dir, FileLogOptions{})
+	_, err := Open(Options{Log: l, ExpiryInterval: -1})
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), filepath.Base(snaps[0])) {
+		t.Fatalf("%v, want ErrCorrupt naming %s", err, filepath.Base(snaps[0]))
+	}
+}
+
+// A segment missing after the snapshot (or a missing snapshot, whose
+// segments were deleted) is refused: replaying around the hole would skip
+// commits.
+func TestMissingSegmentRefused(t *testing.T) {
+	for _, missing := range []string{"middle", "snapshot"} {
+		dir := t.TempDir()
+		l, err := OpenFileLog(dir, FileLogOptions{Sync: true, SegmentSize: 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Open(Options{Log: l, ExpiryInterval: -1, SnapshotEvery: 1 << 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if missing == "snapshot" {
+			commitN(t, c, 10)
+			if err := c.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		commitN(t, c, 2000)
+		crash(c)
+		segs, _ := filepath.Glob(filepath.Join(dir, "wal-*.log"))
+		if len(segs) < 4 {
+			t.Fatalf("segments %v", segs)
+		}
+		var gone string
+		if missing == "middle" {
+			gone = segs[len(segs)/2]
+		} else {
+			snaps, _ := filepath.Glob(filepath.Join(dir, "snap-*.bin"))
+			gone = snaps[0]
+		}
+		if err := os.Remove(gone); err != nil {
+			t.Fatal(err)
+		}
+		l2, _ := OpenFileLog(dir, FileLogOptions{})
+		c2, err := Open(Options{Log: l2, ExpiryInterval: -1})
+		if err == nil {
+			c2.Close()
+			t.Fatalf("%s missing: opened", missing)
+		}
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%s missing: %v, want ErrCorrupt", missing, err)
+		}
+	}
+}
