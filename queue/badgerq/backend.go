@@ -96,6 +96,9 @@ type Backend struct {
 	mu     sync.RWMutex
 	queues map[string]*queueRT
 	closed bool
+	// shut is closed, read without b.mu: producers and consumers check it
+	// on their hot paths, and a producer waiting for room stops waiting.
+	shut atomic.Bool
 
 	kick   chan struct{}
 	stop   chan struct{}
@@ -449,6 +452,10 @@ func (b *Backend) CreateQueue(name string, cfg queue.Config) error {
 // DeleteQueue implements queue.Backend.
 func (b *Backend) DeleteQueue(name string) error {
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return queue.ErrClosed
+	}
 	q := b.queues[name]
 	if q == nil {
 		b.mu.Unlock()
@@ -715,11 +722,13 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	b.shut.Store(true)
 	b.mu.Unlock()
 	close(b.stop)
 	b.wg.Wait()
 	for _, q := range b.queueList() {
-		q.notify() // waiting consumers find the backend closed
+		q.notify()      // waiting consumers find the backend closed
+		q.signalSpace() // so do producers waiting for room (nothing evicts any more)
 	}
 	if b.pruner != nil {
 		b.pruner.Unregister()

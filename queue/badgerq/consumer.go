@@ -182,6 +182,11 @@ func (c *consumer) DequeueAppend(dst []queue.Entry, max int) ([]queue.Entry, err
 	if c.t == nil {
 		return dst, queue.ErrNoTx
 	}
+	if c.b.shut.Load() {
+		// Woken by Close (Ready): an error, not an empty read to wait on
+		// again for a wake-up that never comes.
+		return dst, queue.ErrClosed
+	}
 	if max <= 0 {
 		return dst, nil
 	}

@@ -74,6 +74,9 @@ func (p *producer) Enqueue(ctx context.Context, ev queue.Event) error {
 		return queue.ErrNoTx
 	}
 	q := p.q
+	if p.b.shut.Load() {
+		return queue.ErrClosed
+	}
 	if q.isDeleted() {
 		return fmt.Errorf("%w: %q", queue.ErrUnknownQueue, q.name)
 	}
@@ -248,6 +251,14 @@ func (q *queueRT) reserve(ctx context.Context, b *Backend, n, size int64) error 
 	}
 	var deadline <-chan time.Time
 	for {
+		// Checked at every wake-up: Close and DeleteQueue signal space, and
+		// neither makes room (a waiter slept out FullWait before).
+		if b.shut.Load() {
+			return queue.ErrClosed
+		}
+		if q.isDeleted() {
+			return fmt.Errorf("%w: %q", queue.ErrUnknownQueue, q.name)
+		}
 		q.spaceMu.Lock()
 		ev := q.events.Load() + q.resEvents.Load()
 		by := q.bytes.Load() + q.resBytes.Load()

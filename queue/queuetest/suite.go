@@ -42,6 +42,8 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 		{"StrategyChange", testStrategyChange},
 		{"TTL", testTTL},
 		{"DepthLimits", testDepth},
+		{"DeleteWakesBlockedEnqueue", testDeleteWakesBlockedEnqueue},
+		{"CloseWakesBlocked", testCloseWakesBlocked},
 		{"EvictionFreesDisk", testEviction},
 		{"Inspection", testInspection},
 		{"RandomizedExactlyOnce", testRandomized},
