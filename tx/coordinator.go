@@ -363,7 +363,7 @@ func (c *Coordinator) start(kind Kind, timeout time.Duration) (*Tx, error) {
 	// Allocate before taking the lock: under contention nearly every start
 	// follows a commit and so rebuilds the snapshot, and allocating is most
 	// of what that costs. The size is a hint; a short one is cloned anyway.
-	st := &txState{kind: kind, expires: expires, logged: kind == Long}
+	st := &txState{kind: kind, expires: expires}
 	tx := &Tx{Kind: kind}
 	spare := &snapshot{excluded: make([]uint64, 0, c.orderedHint.Load()+8)}
 	c.mu.Lock()
@@ -387,9 +387,13 @@ func (c *Coordinator) start(kind Kind, timeout time.Duration) (*Tx, error) {
 		st.sibling = true
 		c.siblings.Add(1)
 	}
-	if st.logged {
+	if kind == Long {
 		// A long transaction's checkpoints and timeout matter to recovery
-		// from the start; a short one is logged at CanCommit.
+		// from the start; a short one is logged at CanCommit. st.logged
+		// stays false all the same, so that its first waited edit (a
+		// checkpoint, CanCommit) carries the START again: this unwaited
+		// one may ride in another transaction's batch, which a BadgerLog
+		// can land after that edit's, or lose at a crash while it lands.
 		c.appendLocked(startEdit(st), false)
 	}
 	tx.ID, tx.WritePointer, tx.snap = id, id, c.snapshotLocked(spare)
