@@ -490,7 +490,12 @@ func (b *Backend) TruncateQueue(name string) error {
 	if err != nil {
 		return err
 	}
+	// Not at the same time as an eviction pass: both would delete, and
+	// subtract from the depth, the same entries (a negative depth let
+	// producers past MaxEvents/MaxBytes).
+	b.evictMu.Lock()
 	ev, by, err := b.deletePrefix(queuePrefix(q.id))
+	b.evictMu.Unlock()
 	q.events.Add(-ev)
 	q.bytes.Add(-by)
 	b.freed.Add(by)
