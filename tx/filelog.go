@@ -36,21 +36,27 @@ type FileLog struct {
 	sync    bool
 	segSize int
 
-	mu        sync.Mutex
-	cond      *sync.Cond
-	seg       *segment
-	seq       uint64 // current segment
-	pending   []byte // encoded edits not yet written
-	appended  uint64 // batches appended
-	written   uint64 // batches copied into a segment
-	synced    uint64 // batches synced (Sync mode)
-	syncedSeg *segment
-	syncedOff int
-	flushing  bool // a leader is syncing
-	syncs     uint64
-	err       error
-	closed    bool
-	recovered bool
+	mu      sync.Mutex
+	cond    *sync.Cond
+	seg     *segment
+	seq     uint64 // current segment
+	pending []byte // encoded edits not yet written
+	// splits are offsets in pending where a new frame starts: batches
+	// pile up there (unwaited edits, committers queued behind a sync) and
+	// together may not fit one segment, though each does. frameStart is
+	// where the last frame of pending begins.
+	splits     []int
+	frameStart int
+	appended   uint64 // batches appended
+	written    uint64 // batches copied into a segment
+	synced     uint64 // batches synced (Sync mode)
+	syncedSeg  *segment
+	syncedOff  int
+	flushing   bool // a leader is syncing
+	syncs      uint64
+	err        error
+	closed     bool
+	recovered  bool
 }
 
 // OpenFileLog opens (creating if needed) a log directory. Call Open on a
@@ -243,6 +249,10 @@ func (l *FileLog) Append(b *Batch) error {
 		l.pending = l.pending[:before] // refused whole; the log stays usable
 		return fmt.Errorf("%w: a batch of %d bytes exceeds the log segment size %d", ErrTooLarge, n, l.segSize)
 	}
+	if frameSize(len(l.pending)-l.frameStart) > l.segSize {
+		l.splits = append(l.splits, before) // this batch starts a frame of its own
+		l.frameStart = before
+	}
 	if len(b.Edits) > 0 {
 		l.appended++
 	}
@@ -267,30 +277,47 @@ func (l *FileLog) Append(b *Batch) error {
 	return l.err
 }
 
-// writeLocked copies everything pending into the segment as one frame,
-// rolling to a new segment when it is full.
+// writeLocked copies everything pending into the segment, as one frame
+// unless it was split (see splits), rolling to a new segment when it is full.
 func (l *FileLog) writeLocked() {
 	if len(l.pending) == 0 {
 		l.written = l.appended
 		return
 	}
-	n := frameSize(len(l.pending))
+	from := 0
+	for _, to := range l.splits {
+		if !l.writeFrameLocked(l.pending[from:to]) {
+			return
+		}
+		from = to
+	}
+	if !l.writeFrameLocked(l.pending[from:]) {
+		return
+	}
+	l.pending = l.pending[:0]
+	l.splits, l.frameStart = l.splits[:0], 0
+	l.written = l.appended
+}
+
+func (l *FileLog) writeFrameLocked(payload []byte) bool {
+	n := frameSize(len(payload))
 	if !l.seg.fits(n) {
 		if err := l.rollLocked(); err != nil {
 			l.err = fmt.Errorf("tx: file log: %w", err)
-			return
+			return false
 		}
 		if !l.seg.fits(n) {
-			l.err = fmt.Errorf("%w: a batch of %d bytes exceeds the segment size", ErrTooLarge, n)
-			return
+			// Not ErrTooLarge, which says nothing was written: Append
+			// refuses larger batches, so this cannot happen.
+			l.err = fmt.Errorf("tx: file log: a frame of %d bytes exceeds the segment size %d", n, l.segSize)
+			return false
 		}
 	}
-	l.seg.writeFrame(l.pending)
+	l.seg.writeFrame(payload)
 	if !l.sync {
 		l.seg.prefaultAhead()
 	}
-	l.pending = l.pending[:0]
-	l.written = l.appended
+	return true
 }
 
 // rollLocked moves to a new segment, syncing the full one first in Sync mode.
