@@ -856,7 +856,10 @@ func (c *Coordinator) Checkpoint(tx *Tx) (*Tx, error) {
 		return nil, err
 	}
 	next := *tx
-	next.Checkpoints = append(slices.Clone(tx.Checkpoints), tx.WritePointer)
+	// From the coordinator's record, not tx's: a tx that an earlier
+	// checkpoint replaced would lose that checkpoint's pointer, and the
+	// transaction would no longer see what it wrote under it.
+	next.Checkpoints = st.allPointers()[:len(st.pointers)]
 	next.WritePointer = p
 	return &next, nil
 }
