@@ -145,7 +145,8 @@ type ScanOptions struct {
 	// From and To bound entry ids by producer write pointer, inclusive
 	// (To 0 = no bound).
 	From, To uint64
-	// Since and Until bound the enqueue time (zero = no bound).
+	// Since and Until bound the enqueue time, inclusive at the millisecond
+	// (zero = no bound).
 	Since, Until time.Time
 	// Limit stops after that many entries (0 = no limit).
 	Limit int

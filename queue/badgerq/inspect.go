@@ -131,10 +131,13 @@ func (b *Backend) Scan(name string, opts queue.ScanOptions, fn func(queue.Entry)
 				if k.wp < opts.From || (opts.To != 0 && k.wp > opts.To) {
 					continue
 				}
-				enq := time.UnixMilli(k.ms)
-				if (!opts.Since.IsZero() && enq.Before(opts.Since)) || (!opts.Until.IsZero() && enq.After(opts.Until)) {
+				// The enqueue time is stored in milliseconds: compare in
+				// milliseconds, or an event enqueued at Since itself (its
+				// stored time rounded down, before Since) was left out.
+				if (!opts.Since.IsZero() && k.ms < opts.Since.UnixMilli()) || (!opts.Until.IsZero() && k.ms > opts.Until.UnixMilli()) {
 					continue
 				}
+				enq := time.UnixMilli(k.ms)
 				if opts.Tx != nil && !opts.Tx.Visible(k.wp) {
 					continue
 				}

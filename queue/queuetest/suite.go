@@ -817,6 +817,9 @@ func testInspection(t *testing.T, e *Env) {
 	must(t, e.Queues.AddGroup("q", queue.Group{Name: "a", Strategy: queue.Hash, Instances: 1}))
 	must(t, e.Queues.AddGroup("q", queue.Group{Name: "b", Strategy: queue.FIFO, Instances: 1}))
 	produce(t, e, "q", "e", 30, 10, func(i int) []byte { return []byte{byte(i % 4)} })
+	// Enqueue times have millisecond precision and the bounds include
+	// their millisecond: keep the two batches milliseconds apart.
+	time.Sleep(5 * time.Millisecond)
 	mid := time.Now()
 	time.Sleep(5 * time.Millisecond)
 	produce(t, e, "q", "f", 10, 10, func(i int) []byte { return []byte{byte(i % 4)} })
