@@ -3,6 +3,7 @@ package tx
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -359,7 +360,11 @@ func (c *Coordinator) StartLong() (*Tx, error) {
 }
 
 func (c *Coordinator) start(kind Kind, timeout time.Duration) (*Tx, error) {
-	expires := c.now() + int64(timeout)
+	now := c.now()
+	expires := now + int64(timeout)
+	if expires < now { // a huge timeout (MaxTimeout, LongTimeout): never, not long ago
+		expires = math.MaxInt64
+	}
 	// Allocate before taking the lock: under contention nearly every start
 	// follows a commit and so rebuilds the snapshot, and allocating is most
 	// of what that costs. The size is a hint; a short one is cloned anyway.
