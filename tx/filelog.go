@@ -146,6 +146,9 @@ func (l *FileLog) Recover() (*State, []Edit, error) {
 	// would skip what it held.
 	segs = slices.DeleteFunc(segs, func(seq uint64) bool { return seq < from })
 	want := max(from, 1)
+	if from > 0 && len(segs) == 0 { // the snapshot's roll made segment from
+		return nil, nil, fmt.Errorf("%w: %s: segment %s missing (snapshot %d)", ErrCorrupt, l.dir, filepath.Base(l.segPath(want)), from)
+	}
 	for _, seq := range segs {
 		if seq != want {
 			return nil, nil, fmt.Errorf("%w: %s: segment %s missing (snapshot %d)", ErrCorrupt, l.dir, filepath.Base(l.segPath(want)), from)

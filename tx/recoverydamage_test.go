@@ -108,7 +108,7 @@ func TestUndecodableSnapshotNamesFile(t *testing.T) {
 // segments were deleted) is refused: replaying around the hole would skip
 // commits.
 func TestMissingSegmentRefused(t *testing.T) {
-	for _, missing := range []string{"middle", "snapshot"} {
+	for _, missing := range []string{"middle", "snapshot", "after snapshot"} {
 		dir := t.TempDir()
 		l, err := OpenFileLog(dir, FileLogOptions{Sync: true, SegmentSize: 4096})
 		if err != nil {
@@ -118,7 +118,7 @@ func TestMissingSegmentRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if missing == "snapshot" {
+		if missing != "middle" {
 			commitN(t, c, 10)
 			if err := c.Snapshot(); err != nil {
 				t.Fatal(err)
@@ -130,15 +130,17 @@ func TestMissingSegmentRefused(t *testing.T) {
 		if len(segs) < 4 {
 			t.Fatalf("segments %v", segs)
 		}
-		var gone string
-		if missing == "middle" {
-			gone = segs[len(segs)/2]
-		} else {
-			snaps, _ := filepath.Glob(filepath.Join(dir, "snap-*.bin"))
-			gone = snaps[0]
+		gone := segs
+		switch missing {
+		case "middle":
+			gone = segs[len(segs)/2 : len(segs)/2+1]
+		case "snapshot":
+			gone, _ = filepath.Glob(filepath.Join(dir, "snap-*.bin"))
 		}
-		if err := os.Remove(gone); err != nil {
-			t.Fatal(err)
+		for _, f := range gone { // "after snapshot": every segment
+			if err := os.Remove(f); err != nil {
+				t.Fatal(err)
+			}
 		}
 		l2, _ := OpenFileLog(dir, FileLogOptions{})
 		c2, err := Open(Options{Log: l2, ExpiryInterval: -1})
