@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/httpapi"
 )
 
 // rmw increments one table key by read-modify-write: concurrent instances
@@ -146,6 +149,9 @@ connections:
 	}
 }
 
+// TestSIGTERMMidStep stops a run with SIGTERM while its steps are in flight
+// (t_slow holds each event 2ms), twice: each run exits 0, and a drain after
+// them counts every event once.
 func TestSIGTERMMidStep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("child process")
@@ -166,10 +172,15 @@ connections:
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond)
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		// Not a fixed sleep: a SIGTERM that comes before the run installed
+		// its handler kills the process (the default action), and a busy
+		// machine can take longer than any sleep to start the binary.
+		waitRunReady(t, filepath.Join(dir, ".flowrun", "sig"), cmd, exited, &out)
 		cmd.Process.Signal(syscall.SIGTERM)
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("SIGTERM: exit %v, want 0\n%s", err, out.String())
+		if err := <-exited; err != nil {
+			t.Fatalf("run %d: SIGTERM: exit %v, want 0\n%s", i, err, out.String())
 		}
 	}
 	if out, err := cliCmd(t, dir, "run", "app.yaml", "--drain", "--no-sync").CombinedOutput(); err != nil {
@@ -178,6 +189,36 @@ connections:
 	out, err := cliCmd(t, dir, "state", "get", "sig", "s", "n", "total").Output()
 	if err != nil || strings.TrimSpace(string(out)) != "1500" {
 		t.Fatalf("state get: %q %v", out, err)
+	}
+}
+
+// waitRunReady waits until the flowrun run started as cmd serves its HTTP
+// API from data (so its signal handler is installed) and reports every
+// instance started (GET /ready). exited gets cmd.Wait's result; logs, the
+// run's stderr, is read only once the run has exited. The deadline only
+// guards against a hang.
+func waitRunReady(t *testing.T, data string, cmd *exec.Cmd, exited <-chan error, logs *bytes.Buffer) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			t.Fatalf("run exited before it was ready: %v\n%s", err, logs.String())
+		default:
+		}
+		if info, err := httpapi.ReadAddrFile(data); err == nil && info.PID == cmd.Process.Pid {
+			c := &httpapi.Client{URL: info.URL}
+			var r httpapi.ReadyJSON
+			if err := c.Do(t.Context(), http.MethodGet, "/ready", nil, &r); err == nil && r.Ready {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-exited
+			t.Fatalf("run not ready after 60 s\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
