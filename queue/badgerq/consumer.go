@@ -2,6 +2,7 @@ package badgerq
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -190,6 +191,10 @@ func (c *consumer) DequeueAppend(dst []queue.Entry, max int) ([]queue.Entry, err
 	if max <= 0 {
 		return dst, nil
 	}
+	// An entry holds at most MaxUint32 events and readRun counts what is
+	// left in uint32: a max of 1<<32 truncated to 0 (nothing delivered, ever),
+	// and adding len(dst) to MaxInt overflowed.
+	max = min(max, math.MaxInt32)
 	max += len(dst) // below, max bounds len(out)
 	c.q.mu.Lock()
 	parts, err := c.candidatesLocked()

@@ -58,6 +58,11 @@ func (b *Backend) Producer(name string) (queue.ProducerDriver, error) {
 }
 
 func (p *producer) StartTx(t *tx.Tx) error {
+	// A previous transaction that never ended here (no PostCommit or
+	// Rollback) leaves its events behind: drop their reservation too, or
+	// it counted against the depth limit for good.
+	p.q.release(p.events, p.bytes, true)
+	p.events, p.bytes = 0, 0
 	p.reset()
 	p.t = t
 	p.rrLeft = 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -278,5 +279,64 @@ func TestScanTimeBoundsInclusive(t *testing.T) {
 	must(e.Queues.Scan("q", queue.ScanOptions{Since: now.Add(time.Millisecond)}, func(queue.Entry) bool { n++; return true }))
 	if n != 0 {
 		t.Errorf("scan since a millisecond later: %d entries", n)
+	}
+}
+
+// A Dequeue with a huge max (a caller asking for everything there is) gets
+// everything, as does DequeueAppend onto a non-empty slice.
+func TestDequeueHugeMax(t *testing.T) {
+	e := newEnv(t, true)
+	must := mustT(t)
+	must(e.Queues.CreateQueue("q", queue.Config{Partitions: 1}))
+	must(e.Queues.AddGroup("q", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 1}))
+	p, _ := e.Queues.Producer("q")
+	c, _ := e.Queues.Consumer("q", "g", 0)
+	produce := func() {
+		must(queuetest.Step(e.Coord, func() error {
+			for range 3 {
+				if err := p.Enqueue(context.Background(), queue.Event{Payload: []byte("x")}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, p))
+	}
+	produce()
+	var got []queue.Entry
+	must(queuetest.Step(e.Coord, func() (err error) { got, err = c.Dequeue(1 << 32); return err }, c))
+	if len(got) != 3 {
+		t.Fatalf("Dequeue(1<<32) got %d entries, want 3", len(got))
+	}
+	produce()
+	dst := []queue.Entry{{}}
+	must(queuetest.Step(e.Coord, func() (err error) {
+		dst, err = c.(queue.DequeueAppender).DequeueAppend(dst, math.MaxInt)
+		return err
+	}, c))
+	if len(dst) != 4 {
+		t.Fatalf("DequeueAppend(one entry, MaxInt) returned %d entries, want 4", len(dst))
+	}
+}
+
+// A producer handed a new transaction while the previous one never ended
+// (no PostCommit, no Rollback: abandoned, or a commit whose outcome is
+// unknown) drops that one's events: their reservation against the depth
+// limit must go too, or the queue stays full for good.
+func TestProducerNewTxReleasesReservation(t *testing.T) {
+	e := newEnv(t, true)
+	must := mustT(t)
+	must(e.Queues.CreateQueue("q", queue.Config{Partitions: 1, MaxEvents: 2}))
+	p, _ := e.Queues.Producer("q")
+	ctx := e.Coord.NewContext(p)
+	for range 3 {
+		_, err := ctx.Start(time.Minute)
+		must(err)
+		for range 2 {
+			must(p.Enqueue(context.Background(), queue.Event{Payload: []byte("x")}))
+		}
+	}
+	must(ctx.Finish())
+	if info, _ := e.Queues.Info("q"); info.Events != 2 {
+		t.Fatalf("depth %d, want 2", info.Events)
 	}
 }
