@@ -493,8 +493,21 @@ func (b *Backend) TruncateQueue(name string) error {
 	// Not at the same time as an eviction pass: both would delete, and
 	// subtract from the depth, the same entries (a negative depth let
 	// producers past MaxEvents/MaxBytes).
+	//
+	// On the general path, entries of producers still in flight are stored
+	// before their commit: they commit after the truncate and stay (deleting
+	// them lost those events). keep is nil without a coordinator.
+	var keep func(*entryKey) bool
+	if c := b.opts.Coordinator; c != nil {
+		t, err := c.StartShort(time.Minute)
+		if err != nil {
+			return err
+		}
+		defer c.Abort(t)
+		keep = func(k *entryKey) bool { return !t.Visible(k.wp) && k.wp >= t.FirstInProgress() }
+	}
 	b.evictMu.Lock()
-	ev, by, err := b.deletePrefix(queuePrefix(q.id))
+	ev, by, err := b.deleteEntries(queuePrefix(q.id), keep)
 	b.evictMu.Unlock()
 	q.events.Add(-ev)
 	q.bytes.Add(-by)
@@ -509,6 +522,12 @@ func (b *Backend) TruncateQueue(name string) error {
 // deletePrefix deletes every key under prefix; for entry keys it returns the
 // events and bytes deleted.
 func (b *Backend) deletePrefix(prefix []byte) (events, bytes int64, err error) {
+	return b.deleteEntries(prefix, nil)
+}
+
+// deleteEntries is deletePrefix, except for the entry keys keep (if not
+// nil) says to keep.
+func (b *Backend) deleteEntries(prefix []byte, keep func(*entryKey) bool) (events, bytes int64, err error) {
 	wb := b.db.NewWriteBatch()
 	defer wb.Cancel()
 	err = b.db.View(func(txn *badger.Txn) error {
@@ -517,6 +536,9 @@ func (b *Backend) deletePrefix(prefix []byte) (events, bytes int64, err error) {
 		for it.Rewind(); it.Valid(); it.Next() {
 			k := it.Item().KeyCopy(nil)
 			if ek, ok := decodeEntryKey(k); ok {
+				if keep != nil && keep(&ek) {
+					continue
+				}
 				events += int64(ek.count)
 				bytes += int64(ek.size)
 			}

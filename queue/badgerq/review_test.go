@@ -340,3 +340,32 @@ func TestProducerNewTxReleasesReservation(t *testing.T) {
 		t.Fatalf("depth %d, want 2", info.Events)
 	}
 }
+
+// On the general path a producer's entries are persisted before its commit:
+// a truncate in between must not delete them (they commit after it).
+func TestTruncateKeepsInFlightGeneralPath(t *testing.T) {
+	e := newEnv(t, false)
+	must := mustT(t)
+	must(e.Queues.CreateQueue("q", queue.Config{Partitions: 1}))
+	must(e.Queues.AddGroup("q", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 1}))
+	p, _ := e.Queues.Producer("q")
+	must(queuetest.Step(e.Coord, func() error { return p.Enqueue(context.Background(), queue.Event{Payload: []byte("before")}) }, p))
+	txn, err := e.Coord.StartShort(time.Minute)
+	must(err)
+	must(p.StartTx(txn))
+	must(p.Enqueue(context.Background(), queue.Event{Payload: []byte("after")}))
+	must(e.Coord.CanCommit(txn, p.ChangeKeys()))
+	must(p.Persist())
+	must(e.Queues.TruncateQueue("q"))
+	must(e.Coord.Commit(txn))
+	p.PostCommit()
+	c, _ := e.Queues.Consumer("q", "g", 0)
+	var got []queue.Entry
+	must(queuetest.Step(e.Coord, func() (err error) { got, err = c.Dequeue(10); return err }, c))
+	if len(got) != 1 || string(got[0].Payload) != "after" {
+		t.Fatalf("after truncate and a later commit got %v, want the event committed after the truncate", got)
+	}
+	if info, _ := e.Queues.Info("q"); info.Events != 1 {
+		t.Fatalf("depth %d, want 1", info.Events)
+	}
+}
