@@ -15,7 +15,8 @@ import (
 //
 //	version:1 | per event: flags:1 uvarint(len) payload
 //	                        [uvarint(len) key] [varint(unix nanos) event time]
-//	                        [uvarint(len) trace id]
+//	                        [varint(unix seconds) uvarint(nanos) event time
+//	                         outside int64 nanoseconds] [uvarint(len) trace id]
 //
 // The count, size and enqueue time live in the key (see keys.go).
 const (
@@ -23,6 +24,10 @@ const (
 	flagKey      = 1 << 0
 	flagTime     = 1 << 1
 	flagTrace    = 1 << 2
+	// flagWideTime: the event time as varint(unix seconds) uvarint(nanos),
+	// for times int64 nanoseconds cannot hold (before 1678, after 2262),
+	// which came back as some other time.
+	flagWideTime = 1 << 3
 )
 
 var errCorrupt = errors.New("badgerq: corrupt value")
@@ -32,8 +37,15 @@ func appendEvent(dst []byte, ev *queue.Event) []byte {
 	if ev.Key != nil {
 		flags |= flagKey
 	}
+	wide := false
 	if !ev.EventTime.IsZero() {
-		flags |= flagTime
+		ns := ev.EventTime.UnixNano()
+		if time.Unix(0, ns).Equal(ev.EventTime) {
+			flags |= flagTime
+		} else {
+			flags |= flagWideTime
+			wide = true
+		}
 	}
 	if ev.TraceID != "" {
 		flags |= flagTrace
@@ -45,6 +57,10 @@ func appendEvent(dst []byte, ev *queue.Event) []byte {
 	}
 	if flags&flagTime != 0 {
 		dst = binary.AppendVarint(dst, ev.EventTime.UnixNano())
+	}
+	if wide {
+		dst = binary.AppendVarint(dst, ev.EventTime.Unix())
+		dst = binary.AppendUvarint(dst, uint64(ev.EventTime.Nanosecond()))
 	}
 	if flags&flagTrace != 0 {
 		dst = binenc.AppendString(dst, ev.TraceID)
@@ -108,6 +124,19 @@ func (r *eventReader) walk(ev *queue.Event) error {
 		}
 		r.b = r.b[k:]
 	}
+	var wideSec int64
+	var wideNs uint64
+	if flags&flagWideTime != 0 {
+		var k int
+		if wideSec, k = binary.Varint(r.b); k <= 0 {
+			return errCorrupt
+		}
+		r.b = r.b[k:]
+		if wideNs, k = binary.Uvarint(r.b); k <= 0 || wideNs >= 1e9 {
+			return errCorrupt
+		}
+		r.b = r.b[k:]
+	}
 	if flags&flagTrace != 0 {
 		if trace, err = r.bytes(); err != nil {
 			return err
@@ -119,6 +148,9 @@ func (r *eventReader) walk(ev *queue.Event) error {
 	*ev = queue.Event{Payload: payload, Key: key}
 	if flags&flagTime != 0 {
 		ev.EventTime = time.Unix(0, ns)
+	}
+	if flags&flagWideTime != 0 {
+		ev.EventTime = time.Unix(wideSec, int64(wideNs))
 	}
 	if len(trace) > 0 {
 		ev.TraceID = string(trace)

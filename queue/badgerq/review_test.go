@@ -369,3 +369,29 @@ func TestTruncateKeepsInFlightGeneralPath(t *testing.T) {
 		t.Fatalf("depth %d, want 1", info.Events)
 	}
 }
+
+// Event times are headers carried unchanged, also outside the range of
+// int64 nanoseconds since 1970 (years before 1678 or after 2262, e.g. a
+// "never" sentinel).
+func TestEventTimeRoundTrip(t *testing.T) {
+	times := []time.Time{
+		time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC),
+		time.Date(3000, 1, 1, 0, 0, 0, 5, time.UTC),
+		time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Unix(-1, 1),
+	}
+	for _, want := range times {
+		v := appendEvent([]byte{valueVersion}, &queue.Event{Payload: []byte("p"), EventTime: want, TraceID: "t"})
+		r, err := newEventReader(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got queue.Event
+		if err := r.next(&got); err != nil {
+			t.Fatal(err)
+		}
+		if !got.EventTime.Equal(want) || got.TraceID != "t" || string(got.Payload) != "p" {
+			t.Errorf("event time %v came back as %v (%+v)", want, got.EventTime, got)
+		}
+	}
+}
