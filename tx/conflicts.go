@@ -84,6 +84,14 @@ func (ci *conflictIndex) checkAndHold(id, startSeq uint64, keys []uint64) (pendi
 	return false, true
 }
 
+// hold marks keys as held by id; none of them may be held by another.
+func (ci *conflictIndex) hold(id uint64, keys []uint64) {
+	mark := pendingBit | id
+	for _, k := range keys {
+		ci.holds.set(k, mark)
+	}
+}
+
 // release gives back keys id holds.
 func (ci *conflictIndex) release(id uint64, keys []uint64) {
 	mark := pendingBit | id

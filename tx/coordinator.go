@@ -574,12 +574,19 @@ func (c *Coordinator) reserveKeysLocked(st *txState, keys []uint64) error {
 			}
 		}
 	}
-	c.conflicts.release(st.id, st.keys)
-	st.keys = nil
 	pending, ok := c.conflicts.checkAndHold(st.id, st.startSeq, keys)
 	if !ok {
+		// A refused call changes nothing: what an earlier CanCommit held
+		// stays held (checkAndHold let go of those it had re-taken). Its
+		// participants may have persisted, and its COMMITTING edit, which
+		// recovery trusts, still names them.
+		c.conflicts.hold(st.id, st.keys)
 		c.stats.conflicts++
 		return &ConflictError{TxID: st.id, Pending: pending}
+	}
+	if len(st.keys) > 0 { // reserved again: the new keys replace the old
+		c.conflicts.release(st.id, st.keys)
+		c.conflicts.hold(st.id, keys)
 	}
 	st.keys = keys
 	return nil
