@@ -107,6 +107,13 @@ type Backend struct {
 
 	evictMu sync.Mutex // one eviction pass at a time
 
+	// Invalid-list pruning on the general path (prune.go): the highest bound
+	// reported, and the write pointers whose Persist wrote data that is not
+	// committed or rolled back yet.
+	pruneMu       sync.Mutex
+	pruneReported uint64
+	persisting    map[uint64]int
+
 	freed      atomic.Int64 // payload bytes evicted, truncated or deleted since Open
 	produced   atomic.Int64 // payload bytes committed by producers since Open
 	wroteBack  atomic.Int64 // writeback syncs so far (tests)
@@ -223,6 +230,12 @@ type slot struct {
 	resolved  bool
 	versions  []stateVersion // as loaded, until resolved
 	committed stateVersion
+	// hold is the smallest write pointer of a state version that may be
+	// stored for this slot without being committed (a consumer that
+	// persisted and died, seen when the slot was resolved, or whose
+	// rollback failed); 0 if none. It holds invalid-list pruning until the
+	// slot's stored value is written again (prune.go).
+	hold uint64
 }
 
 // evictView is the state eviction may trust: the committed one, or before
@@ -247,6 +260,11 @@ func (s *slot) resolve(t *tx.Tx) {
 			s.committed = v
 			break
 		}
+		// A newer version t does not see stays stored until the slot is
+		// written again: the committed state in memory may move past its
+		// pointer (an aborted empty step keeps its moves), so it holds
+		// pruning itself.
+		s.holdAt(v.wp)
 	}
 	s.versions = nil
 	s.resolved = true
@@ -256,7 +274,7 @@ func (s *slot) resolve(t *tx.Tx) {
 // eviction. The DB stays the caller's: Close does not close it.
 func Open(db *badger.DB, opts Options) (*Backend, error) {
 	opts.withDefaults()
-	b := &Backend{db: db, opts: opts, queues: map[string]*queueRT{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	b := &Backend{db: db, opts: opts, queues: map[string]*queueRT{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), persisting: map[uint64]int{}}
 	if err := b.load(); err != nil {
 		return nil, err
 	}

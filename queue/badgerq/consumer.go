@@ -46,10 +46,19 @@ type consumer struct {
 	prios   []uint8
 	scratch []queue.Entry // Dequeue gathers here, then returns a copy
 
+	rolled []rolledWork // scratch for Rollback
+
 	// full: a Dequeue of the current transaction stopped at max, so its
 	// partitions may hold more; releasing them wakes waiting consumers (a
 	// FIFO peer, or the new owner after a rescale, may take them).
 	full bool
+}
+
+// rolledWork is a changed partition as Rollback sees it.
+type rolledWork struct {
+	p          int
+	w          *work
+	keep, hold bool // keep its moves; the slot holds an uncommitted version
 }
 
 // work is a partition leased by the current transaction.
@@ -510,6 +519,17 @@ func (c *consumer) Stage(dst []tx.Write) ([]tx.Write, error) {
 
 // Persist (general path) writes the new state next to the committed one.
 func (c *consumer) Persist() error {
+	changed := false
+	for _, w := range c.work {
+		changed = changed || w.changed
+	}
+	if !changed {
+		return nil
+	}
+	if err := c.b.beginPersist(c.t.WritePointer); err != nil {
+		return err
+	}
+	c.persisted = true
 	wb := c.b.db.NewWriteBatch()
 	defer wb.Cancel()
 	for p, w := range c.work {
@@ -520,7 +540,6 @@ func (c *consumer) Persist() error {
 			}
 		}
 	}
-	c.persisted = true
 	if err := wb.Flush(); err != nil {
 		return err
 	}
@@ -533,9 +552,13 @@ func (c *consumer) PostCommit() {
 	for _, w := range c.work {
 		if w.changed {
 			w.slot.committed = stateVersion{wp: c.t.WritePointer, st: w.st}
+			w.slot.hold = 0 // the stored value is this commit's: [new, committed prev]
 		}
 	}
 	q.mu.Unlock()
+	if c.persisted {
+		c.b.endPersist(c.t.WritePointer)
+	}
 	c.persisted = false
 	c.releaseAll(false)
 	c.t = nil
@@ -547,29 +570,66 @@ func (c *consumer) PostCommit() {
 // A partition where the transaction delivered and expired nothing changed
 // only by facts that hold whatever the transaction's fate: positions moved
 // over settled pointers, holes found empty or invalid. Those changes are kept
-// in memory (the next commit there makes them durable), so that a consumer
-// that aborts its empty steps does not re-read the same partitions forever.
+// (the next commit there makes them durable), so that a consumer that aborts
+// its empty steps does not re-read the same partitions forever. They are
+// kept in memory only, unless the slot's stored value must be written anyway:
+// after a Persist (restored), or while it holds a version that never
+// committed (slot.hold). The committed state in memory must not move past
+// such a version's pointer while it is stored: the prune bound would pass it
+// and the version count as committed after a restart (prune.go).
 func (c *consumer) Rollback() error {
+	ws := c.rolled[:0]
+	write := c.persisted
 	c.q.mu.Lock()
-	for _, w := range c.work {
-		if w.changed && w.delivered == 0 && w.expired == 0 && w.slot.owner == c {
-			w.slot.committed = stateVersion{wp: w.prev.wp, st: w.st}
+	for p, w := range c.work {
+		if w.changed {
+			k := rolledWork{p: p, w: w, keep: w.delivered == 0 && w.expired == 0 && w.slot.owner == c, hold: w.slot.hold != 0}
+			ws = append(ws, k)
+			write = write || (k.keep && k.hold)
 		}
 	}
 	c.q.mu.Unlock()
+	defer func() { clear(ws); c.rolled = ws[:0] }()
 	var err error
-	if c.persisted {
+	wrote := false
+	if len(ws) > 0 && write {
 		wb := c.b.db.NewWriteBatch()
-		for p, w := range c.work {
-			if w.changed {
-				if e := wb.Set(stateKey(c.q.id, c.g.meta.ID, uint16(p)), encodeStateValue(w.prev)); e != nil && err == nil {
-					err = e
-				}
+		for _, k := range ws {
+			var v []byte
+			switch {
+			case k.keep && (c.persisted || k.hold):
+				v = encodeStateValue(stateVersion{wp: k.w.prev.wp, st: k.w.st})
+			case c.persisted:
+				v = encodeStateValue(k.w.prev)
+			default:
+				continue
+			}
+			if e := wb.Set(stateKey(c.q.id, c.g.meta.ID, uint16(k.p)), v); e != nil && err == nil {
+				err = e
 			}
 		}
 		if e := wb.Flush(); e != nil && err == nil {
 			err = e
 		}
+		wrote = true
+	}
+	c.q.mu.Lock()
+	for _, k := range ws {
+		s := k.w.slot
+		written := wrote && err == nil && (c.persisted || (k.keep && k.hold))
+		switch {
+		case written:
+			s.hold = 0 // the stored value is one committed version now
+		case wrote && err != nil && c.persisted:
+			s.holdAt(c.t.WritePointer) // the new version may still be stored
+		}
+		if k.keep && (written || (!c.persisted && s.hold == 0)) {
+			s.committed = stateVersion{wp: k.w.prev.wp, st: k.w.st}
+		}
+	}
+	c.q.mu.Unlock()
+	if c.persisted {
+		c.b.endPersist(c.t.WritePointer) // a failed restore is held by the slots
 		c.persisted = false
 	}
 	c.releaseAll(true)

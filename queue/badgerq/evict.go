@@ -21,8 +21,8 @@ func (b *Backend) evict() error {
 		}
 		prune = min(prune, low)
 	}
-	if b.pruner != nil && !b.opts.FastPath && prune != ^uint64(0) {
-		b.pruner.Report(prune)
+	if b.pruneGated() {
+		b.reportPrune(prune)
 	}
 	return nil
 }
@@ -56,9 +56,12 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 
 	var levels []levelMax
 	for p := 0; p < q.cfg.Partitions; p++ {
-		states, deleted := q.evictViews(p)
+		states, hold, deleted := q.evictViews(p)
 		if deleted {
 			return low, nil
+		}
+		if hold != 0 {
+			low = min(low, hold)
 		}
 		for _, st := range states {
 			for i := range st.levels {
@@ -146,22 +149,28 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 	return low, nil
 }
 
-// evictViews copies the committed states of every group for partition p.
+// evictViews copies the committed states of every group for partition p,
+// and returns the smallest slot hold (0: none; see slot.hold).
 // A group that never committed a transaction there has an empty state, which
 // holds eviction at 0.
-func (q *queueRT) evictViews(p int) ([]partState, bool) {
+func (q *queueRT) evictViews(p int) ([]partState, uint64, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.deleted {
-		return nil, true
+		return nil, 0, true
 	}
 	out := make([]partState, 0, len(q.groups))
+	var hold uint64
 	for _, g := range q.groups {
-		if st := g.slots[p].evictView(); st != nil {
+		s := g.slots[p]
+		if s.hold != 0 && (hold == 0 || s.hold < hold) {
+			hold = s.hold
+		}
+		if st := s.evictView(); st != nil {
 			out = append(out, st.clone())
 		} else {
 			out = append(out, partState{})
 		}
 	}
-	return out, false
+	return out, hold, false
 }

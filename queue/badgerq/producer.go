@@ -26,6 +26,7 @@ type producer struct {
 	rrPart, rrLeft int   // keyless events: current partition and room left in it
 	events, bytes  int64 // reserved against the depth limit
 	persisted      [][]byte
+	persistWP      uint64 // registered by Persist (prune.go); 0 if none
 
 	// free holds chunk buffers of committed transactions for the next
 	// ones (at most freeBytes of capacity): a chunk grown by appending from
@@ -63,6 +64,9 @@ func (p *producer) StartTx(t *tx.Tx) error {
 	// it counted against the depth limit for good.
 	p.q.release(p.events, p.bytes, true)
 	p.events, p.bytes = 0, 0
+	// Its persisted entries (if any) keep their registration: their fate
+	// is unknown (a commit whose log write failed).
+	p.persistWP = 0
 	p.reset()
 	p.t = t
 	p.rrLeft = 0
@@ -144,6 +148,13 @@ func (p *producer) Stage(dst []tx.Write) ([]tx.Write, error) {
 // Persist writes the values directly (general path); Rollback deletes them.
 // Consumers never deliver them before the transaction is visible.
 func (p *producer) Persist() error {
+	if len(p.bufs) == 0 {
+		return nil
+	}
+	if err := p.b.beginPersist(p.t.WritePointer); err != nil {
+		return err
+	}
+	p.persistWP = p.t.WritePointer
 	writes, _ := p.Stage(nil)
 	wb := p.b.db.NewWriteBatch()
 	defer wb.Cancel()
@@ -161,6 +172,7 @@ func (p *producer) Persist() error {
 
 func (p *producer) PostCommit() {
 	q := p.q
+	p.endPersist()
 	q.events.Add(p.events)
 	q.bytes.Add(p.bytes)
 	p.b.produced.Add(p.bytes)
@@ -188,10 +200,24 @@ func (p *producer) Rollback() error {
 			return nil
 		})
 	}
+	if err == nil {
+		p.endPersist()
+	}
+	// else the entries stay, under a pointer the context invalidates: the
+	// registration keeps holding invalid-list pruning below it (prune.go).
+	p.persistWP = 0
 	p.q.release(p.events, p.bytes, true)
 	p.events, p.bytes = 0, 0
 	p.reset()
 	return err
+}
+
+// endPersist ends the registration of what Persist wrote (prune.go).
+func (p *producer) endPersist() {
+	if p.persistWP != 0 {
+		p.b.endPersist(p.persistWP)
+		p.persistWP = 0
+	}
 }
 
 func (p *producer) reset() {
