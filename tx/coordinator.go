@@ -35,7 +35,8 @@ type Options struct {
 	// state, after which older log entries are dropped. Default 100000.
 	SnapshotEvery int
 	// ReserveBlock is how many write pointers one durable reservation covers.
-	// Default 1<<20.
+	// Default 1<<20, at most MaxReserveBlock (a pointer plus a block must not
+	// wrap around: pointers never go back).
 	ReserveBlock uint64
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -48,6 +49,9 @@ type Options struct {
 
 	realClock bool // set by withDefaults when Now is time.Now
 }
+
+// MaxReserveBlock bounds Options.ReserveBlock.
+const MaxReserveBlock = 1 << 40
 
 func (o *Options) withDefaults() {
 	if o.MaxTimeout <= 0 {
@@ -87,6 +91,9 @@ type txState struct {
 	keys     []uint64 // change keys held as pending since CanCommit
 	// committing: passed CanCommit, so participants may have persisted data.
 	committing bool
+	// refused: its last CanCommit was refused (a conflict); Commit refuses
+	// too rather than commit without the conflict check.
+	refused bool
 	// finalizing: its commit record is being written; it cannot expire now.
 	finalizing bool
 	// logged: its START edit is in the log. A short transaction's START
@@ -199,6 +206,9 @@ type counters struct {
 // starts its background expiry sweeper.
 func Open(opts Options) (*Coordinator, error) {
 	opts.withDefaults()
+	if opts.ReserveBlock > MaxReserveBlock {
+		return nil, fmt.Errorf("tx: Options.ReserveBlock %d is over the limit %d", opts.ReserveBlock, uint64(MaxReserveBlock))
+	}
 	c := &Coordinator{
 		opts:        opts,
 		log:         opts.Log,
@@ -509,10 +519,11 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 		return err
 	}
 	if err := c.reserveKeysLocked(st, keys); err != nil {
+		st.refused = true
 		c.mu.Unlock()
 		return err
 	}
-	st.committing = true
+	st.committing, st.refused = true, false
 	committing := Edit{Kind: EditCommitting, TxID: st.id, Keys: keys}
 	if c.inline {
 		defer c.mu.Unlock()
@@ -593,7 +604,8 @@ func (c *Coordinator) reserveKeysLocked(st *txState, keys []uint64) error {
 }
 
 // Commit makes tx's writes visible to every transaction that starts after it
-// returns. Participants must have persisted (after CanCommit) before.
+// returns. Participants must have persisted (after CanCommit) before. After a
+// refused CanCommit it is refused too (a *ConflictError): abort.
 func (c *Coordinator) Commit(tx *Tx) error {
 	_, err := c.commit(tx, nil, nil, false, false)
 	return err
@@ -671,9 +683,13 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 	}
 	if staged {
 		if err := c.reserveKeysLocked(st, keys); err != nil {
+			st.refused = true
 			c.mu.Unlock()
 			return Pending{}, err
 		}
+	} else if st.refused {
+		c.mu.Unlock()
+		return Pending{}, &ConflictError{TxID: st.id}
 	}
 	if c.inline {
 		// The log append is a memory copy: one critical section for the

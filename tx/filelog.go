@@ -275,6 +275,9 @@ func (l *FileLog) Append(b *Batch) error {
 			l.cond.Wait()
 			continue
 		}
+		if l.seg == nil { // closed under us without syncing this
+			return errors.New("tx: file log: closed")
+		}
 		l.syncLocked()
 	}
 	return l.err
@@ -481,5 +484,13 @@ func (l *FileLog) Close() error {
 	}
 	err = errors.Join(l.err, err, l.seg.close())
 	l.seg = nil
+	// Appenders waiting behind a sync that Close waited out are done: what
+	// they appended is synced, or the log failed.
+	if err == nil {
+		l.synced = l.written
+	} else if l.err == nil {
+		l.err = fmt.Errorf("tx: file log: close: %w", err)
+	}
+	l.cond.Broadcast()
 	return err
 }

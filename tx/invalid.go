@@ -71,7 +71,14 @@ func (c *Coordinator) RegisterPruner(name string) *Pruner {
 
 // Report says: no data of an invalid transaction with a pointer below bound
 // remains in this participant's store. Bounds only move forward.
+//
+// A bound is held at the oldest transaction in progress when it is reported
+// (NoInvalidData aside): that transaction may still be invalidated, with data
+// it persisted below the bound, and the stored bound must not prune it then.
 func (p *Pruner) Report(bound uint64) {
+	if bound != NoInvalidData {
+		bound = min(bound, p.c.VisibilityUpperBound())
+	}
 	p.mu.Lock()
 	if bound > p.bound {
 		p.bound = bound

@@ -37,7 +37,12 @@ func TestRefusedCanCommitKeepsEarlierHolds(t *testing.T) {
 		if err := c.CommitWith(t3, [][]byte{[]byte("a")}, nil); !errors.Is(err, ErrConflict) {
 			t.Fatalf("after a refused %s, another transaction committed a key the first still holds: %v", second, err)
 		}
-		if err := c.Commit(t1); err != nil {
+		// Its last change set was refused: Commit refuses too (it would
+		// commit "b" unchecked), and the transaction aborts.
+		if err := c.Commit(t1); !errors.Is(err, ErrConflict) {
+			t.Fatalf("Commit after a refused %s: %v, want a conflict", second, err)
+		}
+		if err := c.Abort(t1); err != nil {
 			t.Fatal(err)
 		}
 	}
