@@ -154,6 +154,9 @@ type queueRT struct {
 	meta    queueMeta
 	groups  map[string]*groupRT
 	deleted bool
+	// dead mirrors deleted for the producers' hot path (no lock): a commit
+	// that lands after DeleteQueue's sweep sees it and sweeps again.
+	dead atomic.Bool
 
 	events, bytes       atomic.Int64 // committed, not evicted
 	resEvents, resBytes atomic.Int64 // reserved by in-flight producers
@@ -276,6 +279,9 @@ func Open(db *badger.DB, opts Options) (*Backend, error) {
 	opts.withDefaults()
 	b := &Backend{db: db, opts: opts, queues: map[string]*queueRT{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), persisting: map[uint64]int{}}
 	if err := b.load(); err != nil {
+		return nil, err
+	}
+	if err := b.dropOrphans(); err != nil {
 		return nil, err
 	}
 	if c := opts.Coordinator; c != nil {
@@ -483,6 +489,7 @@ func (b *Backend) DeleteQueue(name string) error {
 	b.mu.Unlock()
 	q.mu.Lock()
 	q.deleted = true
+	q.dead.Store(true)
 	q.mu.Unlock()
 	if err := b.db.Update(func(txn *badger.Txn) error { return txn.Delete(metaKey(name)) }); err != nil {
 		return err
@@ -490,16 +497,88 @@ func (b *Backend) DeleteQueue(name string) error {
 	if err := b.sync(); err != nil {
 		return err
 	}
-	// Queue ids are never reused, so leftovers of a crash here are inert.
-	_, by, err := b.deletePrefix(queuePrefix(q.id))
+	// Queue ids are never reused, so leftovers of a crash here are inert;
+	// Open deletes them (dropOrphans). So does a producer or consumer whose
+	// commit lands after this sweep (PostCommit: it sees dead, set above).
+	err := b.dropQueueKeys(q.id)
+	q.signalSpace()
+	q.notify() // waiting consumers find the queue gone
+	return err
+}
+
+// dropQueueKeys deletes every entry and cursor state of queue id qid.
+func (b *Backend) dropQueueKeys(qid uint32) error {
+	_, by, err := b.deletePrefix(queuePrefix(qid))
 	b.freed.Add(by)
 	if err != nil {
 		return err
 	}
-	_, _, err = b.deletePrefix(stateQueuePrefix(q.id))
-	q.signalSpace()
-	q.notify() // waiting consumers find the queue gone
+	_, _, err = b.deletePrefix(stateQueuePrefix(qid))
 	return err
+}
+
+// dropOrphans deletes, at Open, the entries and cursor states of queue ids
+// that no queue has (a crash inside DeleteQueue, or a commit that landed
+// after it and the process died before sweeping) and the cursor states of
+// removed groups. Entry keys of live queues are skipped with one seek each.
+func (b *Backend) dropOrphans() error {
+	live := make(map[uint32]*queueRT, len(b.queues))
+	for _, q := range b.queues {
+		live[q.id] = q
+	}
+	wb := b.db.NewWriteBatch()
+	defer wb.Cancel()
+	n := 0
+	err := b.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(entryTag)})
+		for it.Rewind(); it.Valid(); {
+			k := it.Item().Key()
+			if len(k) >= queuePfxLen {
+				if qid := binary.BigEndian.Uint32(k[2:]); live[qid] != nil {
+					if qid == ^uint32(0) {
+						break
+					}
+					it.Seek(queuePrefix(qid + 1))
+					continue
+				}
+			}
+			if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
+				it.Close()
+				return err
+			}
+			n++
+			it.Next()
+		}
+		it.Close()
+		it = txn.NewIterator(badger.IteratorOptions{Prefix: []byte(stateTag)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().Key()
+			if len(k) == stateKeyLen {
+				if q := live[binary.BigEndian.Uint32(k[2:])]; q != nil && q.hasGroupID(binary.BigEndian.Uint16(k[6:])) {
+					continue
+				}
+			}
+			if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil || n == 0 {
+		return err
+	}
+	return wb.Flush()
+}
+
+func (q *queueRT) hasGroupID(gid uint16) bool {
+	for _, g := range q.meta.Groups {
+		if g.ID == gid {
+			return true
+		}
+	}
+	return false
 }
 
 // TruncateQueue implements queue.Backend.

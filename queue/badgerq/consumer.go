@@ -549,13 +549,24 @@ func (c *consumer) Persist() error {
 func (c *consumer) PostCommit() {
 	q := c.q
 	q.mu.Lock()
+	wrote := false
 	for _, w := range c.work {
 		if w.changed {
 			w.slot.committed = stateVersion{wp: c.t.WritePointer, st: w.st}
 			w.slot.hold = 0 // the stored value is this commit's: [new, committed prev]
+			wrote = true
 		}
 	}
+	// Its states landed after the queue was deleted or the group removed
+	// (whose sweep ran under q.mu's order before this, or sees them):
+	// delete them, else Open does.
+	dead, removed := q.deleted, q.groups[c.g.meta.Name] != c.g
 	q.mu.Unlock()
+	if wrote && dead {
+		_ = c.b.dropQueueKeys(q.id)
+	} else if wrote && removed {
+		_, _, _ = c.b.deletePrefix(stateGroupPrefix(q.id, c.g.meta.ID))
+	}
 	if c.persisted {
 		c.b.endPersist(c.t.WritePointer)
 	}

@@ -183,6 +183,12 @@ func (p *producer) PostCommit() {
 	p.recycle()
 	p.reset()
 	if wrote {
+		if q.dead.Load() {
+			// Deleted while in flight: the entries landed under a dead
+			// queue id, maybe after DeleteQueue's sweep (it set dead
+			// first, so either it saw them or this sees dead).
+			_ = p.b.dropQueueKeys(q.id) // else Open drops them
+		}
 		// The commit is visible now: wake consumers waiting on Ready.
 		q.notify()
 	}
@@ -265,11 +271,7 @@ func (p *producer) recycle() {
 // partitions, or a keyed batch over 64 partitions, uses.
 func (p *producer) maxFreeBytes() int { return 4 * p.b.opts.ChunkBytes }
 
-func (q *queueRT) isDeleted() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.deleted
-}
+func (q *queueRT) isDeleted() bool { return q.dead.Load() }
 
 // reserve counts n events of size bytes against the depth limit, waiting up
 // to FullWait (and ctx) for eviction to make room.
