@@ -22,7 +22,8 @@ var (
 	// ErrUnknownInstance: the instance number is outside the group's current
 	// instance count (e.g. after the group was scaled down).
 	ErrUnknownInstance = errors.New("queue: unknown group instance")
-	// ErrEventTooLarge: an event exceeds the queue's MaxEventBytes.
+	// ErrEventTooLarge: an event exceeds the queue's MaxEventBytes, or its
+	// MaxBytes (it could never fit, so Enqueue fails at once).
 	ErrEventTooLarge = errors.New("queue: event too large")
 	// ErrQueueFull: the queue is at its maximum depth (and the configured
 	// wait, if any, ran out).

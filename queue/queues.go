@@ -183,7 +183,7 @@ func (q *Queues) Producer(queue string) (Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := checkedProducer{ProducerDriver: d, queue: queue, max: cfg.MaxEventBytes}
+	p := checkedProducer{ProducerDriver: d, queue: queue, max: cfg.MaxEventBytes, maxBytes: cfg.MaxBytes}
 	if s, ok := d.(tx.Stager); ok {
 		return stagingProducer{checkedProducer: p, s: s}, nil
 	}
@@ -206,15 +206,30 @@ func (q *Queues) Consumer(queue, group string, instance int) (Consumer, error) {
 
 type checkedProducer struct {
 	ProducerDriver
-	queue string
-	max   int
+	queue    string
+	max      int
+	maxBytes int64 // the queue's MaxBytes (0 = none)
 }
 
 func (p checkedProducer) Enqueue(ctx context.Context, ev Event) error {
-	if n := ev.Size(); n > p.max {
+	n := ev.Size()
+	if n > p.max {
 		return fmt.Errorf("%w: %d bytes for queue %q (max %d)", ErrEventTooLarge, n, p.queue, p.max)
 	}
+	if err := CheckFits(p.queue, n, p.maxBytes); err != nil {
+		return err
+	}
 	return p.ProducerDriver.Enqueue(ctx, ev)
+}
+
+// CheckFits returns ErrEventTooLarge for an event of size bytes that can
+// never fit a queue whose depth is bounded by maxBytes (0 = unbounded),
+// even empty: waiting for room (FullWait) is pointless.
+func CheckFits(queue string, size int, maxBytes int64) error {
+	if maxBytes > 0 && int64(size) > maxBytes {
+		return fmt.Errorf("%w: %d bytes for queue %q, more than its MaxBytes %d (it can never fit)", ErrEventTooLarge, size, queue, maxBytes)
+	}
+	return nil
 }
 
 type stagingProducer struct {

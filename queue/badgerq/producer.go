@@ -282,6 +282,9 @@ func (q *queueRT) reserve(ctx context.Context, b *Backend, n, size int64) error 
 		q.resBytes.Add(size)
 		return nil
 	}
+	if err := queue.CheckFits(q.name, int(size), cfg.MaxBytes); err != nil {
+		return err // no wait for room that never comes
+	}
 	var deadline <-chan time.Time
 	for {
 		// Checked at every wake-up: Close and DeleteQueue signal space, and

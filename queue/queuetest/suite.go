@@ -42,6 +42,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 		{"StrategyChange", testStrategyChange},
 		{"TTL", testTTL},
 		{"DepthLimits", testDepth},
+		{"OversizedEventFailsAtOnce", testOversizedEvent},
 		{"DeleteWakesBlockedEnqueue", testDeleteWakesBlockedEnqueue},
 		{"CloseWakesBlocked", testCloseWakesBlocked},
 		{"EvictionFreesDisk", testEviction},
