@@ -28,6 +28,10 @@ var (
 	// ErrQueueFull: the queue is at its maximum depth (and the configured
 	// wait, if any, ran out).
 	ErrQueueFull = errors.New("queue: queue full")
+	// ErrExhausted: a backend ran out of ids it never reuses (badgerq:
+	// 65,535 groups added to one queue over its life, 2^32-1 queues
+	// created).
+	ErrExhausted = errors.New("queue: ids exhausted")
 	// ErrNoTx: Enqueue or Dequeue outside a transaction.
 	ErrNoTx = errors.New("queue: no transaction in progress")
 	// ErrClosed: the backend was closed.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -458,6 +459,9 @@ func (b *Backend) CreateQueue(name string, cfg queue.Config) error {
 			}); err != nil {
 				return err
 			}
+			if id == 0 { // wrapped: ids are never reused
+				return fmt.Errorf("%w: %d queues created, the most a store can have over its life", queue.ErrExhausted, uint32(math.MaxUint32))
+			}
 		}
 		return txn.Set([]byte(nextIDKey), binary.BigEndian.AppendUint32(nil, id+1))
 	})
@@ -667,6 +671,13 @@ func (b *Backend) AddGroup(name string, g queue.Group) error {
 		return err
 	}
 	m := q.meta
+	if m.NextGroup == 0 {
+		// Wrapped: ids are never reused (a removed group's consumer may
+		// still commit under its id; its sweep would then delete the new
+		// group's states), and the next would collide with a live group.
+		return fmt.Errorf("%w: queue %q has had %d groups added, the most a queue can have over its life (remove the queue to start again)",
+			queue.ErrExhausted, name, math.MaxUint16)
+	}
 	gm := groupMeta{ID: m.NextGroup, Group: g}
 	m.Groups = append(append([]groupMeta(nil), m.Groups...), gm)
 	m.NextGroup++
