@@ -164,6 +164,9 @@ type App struct {
 	// commitFault, set by tests only, fails a step's commit with its error
 	// (the step is aborted, as the store refusing it would).
 	commitFault func(*stepCtx) error
+	// afterCommit, set by tests only, runs after a step's commit, before
+	// the backlog counts are updated.
+	afterCommit func(*instance)
 
 	// While Run runs: its context, stop function and the drivers' wait group
 	// (Scale starts and stops drivers).
@@ -179,6 +182,9 @@ type App struct {
 	plugins map[string]*pluginhost.Plugin
 	// backlog: every plan queue's per-group lag, for back-pressure.
 	backlog backlogs
+	// backlogMu makes a commit and the backlog counts it changes one step
+	// for syncBacklogs (backlog.go): commits hold it shared, a sync alone.
+	backlogMu sync.RWMutex
 }
 
 // flowletRT is what the instances of one flowlet share.

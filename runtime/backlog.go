@@ -21,6 +21,20 @@ import (
 // the queue, committed dequeues subtract from the consuming group. While a
 // source waits, the counts are re-read from the store every second, so
 // anything the counts miss (TTL expiry, a replay) cannot stall it for good.
+//
+// The bound holds up to one step per instance of the source: an instance
+// checks the counts before its Generate, so the instances that checked
+// while the others' steps were in flight add one step each at most (a
+// committed step is counted before its instance checks again). That needs
+// the counts never to fall under the store's lags, which a sync could do
+// if it ran between a commit and the count of that commit: reading a
+// consumer's commit in the lags and then taking its events off again
+// (consumed after the store), or overwriting the count of a producer's
+// commit that the lags missed. So a commit and its counts happen under
+// backlogMu held shared, and a sync reads and stores the lags holding it
+// alone: every commit is either in both the lags and the counts it starts
+// from, or in neither and counted after the sync. (A commit's count
+// coming late only over-counts: it holds a source back a moment longer.)
 
 // MaxBacklogKey is the config key of a source flowlet that sets its bound
 // (an int; 0 = no bound). The runtime takes it out of the config the flowlet
@@ -47,8 +61,11 @@ func (a *App) initBacklogs() error {
 	return a.syncBacklogs()
 }
 
-// syncBacklogs reads every group's lag from the store.
+// syncBacklogs reads every group's lag from the store. No commit runs
+// meanwhile (backlogMu): see above.
 func (a *App) syncBacklogs() error {
+	a.backlogMu.Lock()
+	defer a.backlogMu.Unlock()
 	infos, err := a.st.queues.List()
 	if err != nil {
 		return err

@@ -520,7 +520,12 @@ func (in *instance) finish(sc *stepCtx) (retry bool, err error) {
 		}
 	}
 	if err == nil {
-		err = in.commit()
+		// Shared with other commits, exclusive of syncBacklogs until the
+		// counts below include the commit (backlog.go).
+		in.a.backlogMu.RLock()
+		if err = in.commit(); err != nil {
+			in.a.backlogMu.RUnlock()
+		}
 	}
 	if err != nil {
 		in.resetRoutes()
@@ -532,6 +537,9 @@ func (in *instance) finish(sc *stepCtx) (retry bool, err error) {
 			return true, nil
 		}
 		return false, err
+	}
+	if h := in.a.afterCommit; h != nil {
+		h(in)
 	}
 	for _, r := range in.outs {
 		if r.n > 0 {
@@ -546,6 +554,7 @@ func (in *instance) finish(sc *stepCtx) (retry bool, err error) {
 			inp.taken = 0
 		}
 	}
+	in.a.backlogMu.RUnlock()
 	if in.dlq.n > 0 {
 		in.st.dead.Add(uint64(in.dlq.n))
 		in.dlq.n = 0
