@@ -15,6 +15,10 @@ type Queues struct {
 
 	mu   sync.Mutex
 	cfgs map[string]Config // cache of queue configs, for event checks
+	// gen counts DeleteQueue's cache drops: a lookup caches what it read
+	// from the backend only if none happened meanwhile (else a config read
+	// just before a delete outlived it, into a queue created again).
+	gen uint64
 }
 
 // New wraps a backend.
@@ -40,10 +44,19 @@ func (q *Queues) DeleteQueue(name string) error {
 	if err := CheckName("queue", name); err != nil {
 		return err
 	}
+	q.forget(name)
+	err := q.b.DeleteQueue(name)
+	q.forget(name) // a lookup may have cached it while the backend deleted
+	return err
+}
+
+// forget drops name's cached config and makes lookups in flight drop what
+// they read.
+func (q *Queues) forget(name string) {
 	q.mu.Lock()
 	delete(q.cfgs, name)
+	q.gen++
 	q.mu.Unlock()
-	return q.b.DeleteQueue(name)
 }
 
 // TruncateQueue drops every committed entry.
@@ -144,6 +157,7 @@ func (q *Queues) config(queue string) (Config, error) {
 	}
 	q.mu.Lock()
 	cfg, ok := q.cfgs[queue]
+	gen := q.gen
 	q.mu.Unlock()
 	if ok {
 		return cfg, nil
@@ -153,7 +167,9 @@ func (q *Queues) config(queue string) (Config, error) {
 		return Config{}, err
 	}
 	q.mu.Lock()
-	q.cfgs[queue] = info.Config
+	if q.gen == gen {
+		q.cfgs[queue] = info.Config
+	}
 	q.mu.Unlock()
 	return info.Config, nil
 }
