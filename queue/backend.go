@@ -140,7 +140,8 @@ type GroupInfo struct {
 
 // ScanOptions select entries for Scan. Zero values select everything.
 type ScanOptions struct {
-	// Partitions to read; nil means all.
+	// Partitions to read, each once, in partition order whatever the
+	// order or repeats of the list; nil means all.
 	Partitions []int
 	// From and To bound entry ids by producer write pointer, inclusive
 	// (To 0 = no bound).

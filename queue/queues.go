@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/flowrun/flowrun/tx"
@@ -142,7 +143,21 @@ func (q *Queues) Scan(queue string, opts ScanOptions, fn func(Entry) bool) error
 			return fmt.Errorf("%w: partition %d not in [0, %d)", ErrBadConfig, p, cfg.Partitions)
 		}
 	}
+	opts.Partitions = ScanPartitions(opts.Partitions)
 	return q.b.Scan(queue, opts, fn)
+}
+
+// ScanPartitions returns ScanOptions.Partitions sorted and without
+// duplicates, in a new slice (nil stays nil: all partitions). A partition
+// listed twice is scanned once, and entries come in partition order
+// whatever the order of the list.
+func ScanPartitions(ps []int) []int {
+	if ps == nil {
+		return nil
+	}
+	out := slices.Clone(ps)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Maintain runs eviction and space reclamation now.

@@ -110,7 +110,7 @@ func (b *Backend) Scan(name string, opts queue.ScanOptions, fn func(queue.Entry)
 	if err != nil {
 		return err
 	}
-	parts := opts.Partitions
+	parts := queue.ScanPartitions(opts.Partitions) // each once, in order
 	if parts == nil {
 		for p := range q.cfg.Partitions {
 			parts = append(parts, p)

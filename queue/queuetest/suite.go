@@ -47,6 +47,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 		{"CloseWakesBlocked", testCloseWakesBlocked},
 		{"EvictionFreesDisk", testEviction},
 		{"Inspection", testInspection},
+		{"ScanDuplicatePartitions", testScanDuplicatePartitions},
 		{"RandomizedExactlyOnce", testRandomized},
 		{"NotifierWakesConsumers", testNotifier},
 	}
