@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,19 +57,127 @@ func init() {
 	flowlet.Register("t_seq", func() flowlet.Flowlet { return seqFlowlet{} }, flowlet.TypeInfo{})
 }
 
-// TestScaleUnderLoad scales a hash-keyed consumer 1→3→2→1 (and its
-// round-robin twin 1→2→1) while a rate-limited generator feeds them, then
-// drains: every event counted exactly once per consumer, each key's
-// sequence numbers seen in increasing order.
+// t_gated emits "KEY SEQ" events (SEQ = 0, 1, …, count-1; KEY = SEQ mod
+// keys, also the event's key "k"), batch per step, but only up to the limit
+// of its gate (config gate: a name from newGate), which the test raises:
+// ErrIdle while at the limit, ErrEndOfInput once count events are out. Its
+// position commits with its steps. One instance.
+type gatedSource struct {
+	count, keys, batch int
+	g                  *gate
+}
+
+// gate is how far a t_gated source may go; raise wakes it (runtime.Waker).
+type gate struct {
+	limit atomic.Int64
+	wake  chan struct{}
+}
+
+var (
+	gatesMu sync.Mutex
+	gates   = map[string]*gate{}
+	gateSeq int
+)
+
+// newGate registers a gate at limit 0 for the test's t_gated source and
+// returns its name.
+func newGate(t *testing.T) (string, *gate) {
+	gatesMu.Lock()
+	defer gatesMu.Unlock()
+	gateSeq++
+	name := fmt.Sprintf("%s/%d", t.Name(), gateSeq)
+	g := &gate{wake: make(chan struct{}, 1)}
+	gates[name] = g
+	t.Cleanup(func() {
+		gatesMu.Lock()
+		delete(gates, name)
+		gatesMu.Unlock()
+	})
+	return name, g
+}
+
+func (g *gate) raise(n int) {
+	g.limit.Store(int64(n))
+	select {
+	case g.wake <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+func (s *gatedSource) Init(ic flowlet.InitContext) error {
+	var err error
+	if s.count, err = ic.Config.Int("count", 0); err != nil {
+		return err
+	}
+	if s.keys, err = ic.Config.Int("keys", 1); err != nil {
+		return err
+	}
+	if s.batch, err = ic.Config.Int("batch", 1); err != nil {
+		return err
+	}
+	name, err := ic.Config.String("gate", "")
+	if err != nil {
+		return err
+	}
+	gatesMu.Lock()
+	s.g = gates[name]
+	gatesMu.Unlock()
+	if s.g == nil {
+		return fmt.Errorf("no gate %q", name)
+	}
+	return nil
+}
+
+func (s *gatedSource) Ready() <-chan struct{} { return s.g.wake }
+
+func (s *gatedSource) Generate(ctx flowlet.Context) error {
+	pos := ctx.State("pos")
+	v, ok, err := pos.Get([]byte("n"))
+	if err != nil {
+		return err
+	}
+	n := 0
+	if ok {
+		n = int(binary.BigEndian.Uint64(v))
+	}
+	if n >= s.count {
+		return flowlet.ErrEndOfInput
+	}
+	end := min(n+s.batch, s.count, int(s.g.limit.Load()))
+	if end <= n {
+		return flowlet.ErrIdle
+	}
+	for seq := n; seq < end; seq++ {
+		k := strconv.Itoa(seq % s.keys)
+		if err := ctx.Emit("out", fmt.Appendf(nil, "%s %d", k, seq), flowlet.Key("k", k)); err != nil {
+			return err
+		}
+	}
+	return pos.Put([]byte("n"), binary.BigEndian.AppendUint64(nil, uint64(end)))
+}
+
+func init() {
+	flowlet.Register("t_gated", func() flowlet.Flowlet { return &gatedSource{} },
+		flowlet.TypeInfo{Source: true, Outputs: []string{"out"}})
+}
+
+// TestScaleUnderLoad scales a hash-keyed consumer 1→3→2→1→3 (and its
+// round-robin twin 1→2→1) while a source feeds them, then drains: every
+// event counted exactly once per consumer, each key's sequence numbers seen
+// in increasing order. The source lets the events out a part at a time (a
+// gate the test raises) and ends only after the last scale: each scale
+// happens while the source emits and the consumers have a backlog, and the
+// app cannot drain (Scale: ErrNotRunning) before the test is done scaling.
 func TestScaleUnderLoad(t *testing.T) {
 	const total, keys = 12000, 23
 	dir := t.TempDir()
+	gateName, g := newGate(t)
 	yaml := fmt.Sprintf(`
 app: scale
 flowlets:
   gen:
-    type: generator
-    config: {count: %d, rate: 4000, batch: 40, payload: "{mod:%d} {seq}", keys: {k: "{mod:%d}"}}
+    type: t_gated
+    config: {count: %d, batch: 40, keys: %d, gate: %q}
   cnt:
     type: t_seq
     batch_size: 30
@@ -77,7 +187,7 @@ flowlets:
 connections:
   - {from: gen, to: cnt, strategy: hash, key: k}
   - {from: gen, to: rr, strategy: round_robin}
-`, total, keys, keys)
+`, total, keys, gateName)
 	a, err := runtime.Open(plan(t, dir, yaml), runtime.Options{DataDir: filepath.Join(dir, "data"), NoSync: true, Drain: true})
 	if err != nil {
 		t.Fatal(err)
@@ -108,8 +218,17 @@ connections:
 		fl string
 		n  int
 	}{{"cnt", 3}, {"rr", 2}, {"cnt", 2}, {"rr", 1}, {"cnt", 1}, {"cnt", 3}}
-	for _, s := range steps {
-		time.Sleep(400 * time.Millisecond)
+	part := total / (len(steps) + 1)
+	for i, s := range steps {
+		// Let part events out and scale once half of them are: the source
+		// is still emitting, the consumers have a backlog.
+		g.raise((i + 1) * part)
+		for flowletStatus(a.Status(), "gen").Processed < uint64(i*part+part/2) {
+			if ctx.Err() != nil {
+				t.Fatalf("the source did not emit up to %d: %+v", i*part+part/2, a.Status())
+			}
+			time.Sleep(time.Millisecond)
+		}
 		before := a.Status()
 		old, err := a.Scale(ctx, s.fl, s.n)
 		if err != nil {
@@ -120,9 +239,7 @@ connections:
 		}
 		t.Logf("scaled %s %d→%d with gen at %d events", s.fl, old, s.n, flowletStatus(before, "gen").Processed)
 	}
-	if p := flowletStatus(a.Status(), "gen").Processed; p >= total {
-		t.Logf("warning: the generator finished (%d) before the last scale; the test scaled an idle app", p)
-	}
+	g.raise(total) // the source ends: the app drains
 	if err := <-runErr; err != nil {
 		t.Fatalf("run: %v", err)
 	}
