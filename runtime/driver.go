@@ -243,10 +243,17 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 		return nil, err
 	}
 	parts = append(parts, in.store)
+	// Every participant must stage into the store's DB (the single-store
+	// fast path): the store's queues and state told the coordinator at
+	// open that they never hold data of invalid transactions, which a
+	// participant persisting before its commit (the general path) would
+	// make untrue — its writes could turn visible once the transaction's
+	// pointer was pruned from the invalid list.
 	for _, p := range parts {
 		s, ok := p.(tx.Stager)
 		if !ok || s.Store() != any(a.st.db) {
 			a.fastPath = false
+			return nil, fmt.Errorf("flowlet %q: participant %T does not stage into the app's store (internal error: every step takes the single-store fast path)", f.Name, p)
 		}
 	}
 	in.txc = a.st.coord.NewContext(parts...)
