@@ -204,6 +204,11 @@ type flowletRT struct {
 	// paused: the instances start no new step until resumed.
 	paused atomic.Bool
 	resume *signal
+	// busy counts the instances that may be in a step: not waiting for
+	// input, a resume or back-pressure, nor stopped (instance.activate).
+	// parked is notified when it falls to 0 while paused, and on Resume.
+	busy   atomic.Int32
+	parked *signal
 	// cfg is the config the instances' Init gets; maxBacklog a source's
 	// back-pressure bound (0: none), throttled how often it waited.
 	cfg        map[string]any
@@ -341,7 +346,7 @@ func (a *App) build() error {
 		if p := a.plugins[f.Name]; p != nil {
 			typ = p.Type()
 		}
-		frt := &flowletRT{fl: f, typ: typ, st: &flowletStats{}, source: len(f.Inputs) == 0 && typ.Info.Source, resume: newSignal(), fails: newFailureLog()}
+		frt := &flowletRT{fl: f, typ: typ, st: &flowletStats{}, source: len(f.Inputs) == 0 && typ.Info.Source, resume: newSignal(), parked: newSignal(), fails: newFailureLog()}
 		frt.n.Store(int32(f.Instances))
 		frt.cfg = f.Config
 		if frt.source {

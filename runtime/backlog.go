@@ -137,25 +137,27 @@ func splitMaxBacklog(name string, config map[string]any) (bound int64, set bool,
 	return int64(n), true, rest, nil
 }
 
-// waitBacklog returns once the source's output queues are under its bound
-// (at once when they are), or false when the app stops or Scale removed
+// waitBacklog returns once the source's output queues are under its bound:
+// at once when they are, else (waited) after waiting, not busy
+// (instance.deactivate). It returns !ok when the app stops or Scale removed
 // the instance meanwhile.
-func (in *instance) waitBacklog(ctx context.Context) bool {
+func (in *instance) waitBacklog(ctx context.Context) (waited, ok bool) {
 	bound := in.frt.maxBacklog
 	if bound <= 0 || in.a.outBacklog(in.fl) <= bound {
-		return true
+		return false, true
 	}
 	in.frt.throttled.Add(1)
 	in.settleBeforeWait()
+	in.deactivate()
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	synced := time.Now()
 	for in.a.outBacklog(in.fl) > bound {
 		select {
 		case <-ctx.Done():
-			return false
+			return true, false
 		case <-in.stop:
-			return false
+			return true, false
 		case <-t.C:
 		}
 		if time.Since(synced) > time.Second {
@@ -165,5 +167,5 @@ func (in *instance) waitBacklog(ctx context.Context) bool {
 			synced = time.Now()
 		}
 	}
-	return true
+	return true, true
 }

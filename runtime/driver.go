@@ -134,6 +134,8 @@ type instance struct {
 	stop    chan struct{}
 	done    chan struct{}
 	started atomic.Bool
+	// active: the instance counts in flowletRT.busy (activate).
+	active bool
 
 	sc  *stepCtx
 	evs []inEvent // the step's input events, reused from step to step
@@ -305,6 +307,8 @@ func fatalErr(err error) bool {
 
 // run drives the instance until ctx is done (or the source ended).
 func (in *instance) run(ctx context.Context) (err error) {
+	in.activate()
+	defer in.deactivate()        // last: after the final settle and publish
 	defer in.a.unsettled.Add(-1) // if it never settled
 	defer func() {
 		// Whatever ended the instance, its commits are durable before it
@@ -340,8 +344,8 @@ func (in *instance) runConsumer(ctx context.Context) error {
 		tickC = timer.C
 	}
 	for ctx.Err() == nil && !in.stopping() {
-		if !in.waitUnpaused(ctx) {
-			return nil
+		if ok, err := in.waitUnpaused(ctx); !ok {
+			return err
 		}
 		n, err := in.consumeStep(ctx)
 		if err != nil {
@@ -353,19 +357,21 @@ func (in *instance) runConsumer(ctx context.Context) error {
 		if err := in.settle(); err != nil { // nothing to do: sync now
 			return err
 		}
+		in.deactivate()
 		switch w, done := in.idle(ctx, tickC); w {
 		case wakeTick:
+			// A tick is a step: not while paused.
+			if ok, err := in.waitUnpaused(ctx); !ok {
+				return err
+			}
 			if err := in.tick(ctx); err != nil {
 				return err
 			}
 			timer.Reset(in.fl.Tick)
 		case wakeFinal:
-			if in.ticker != nil {
-				if err := in.tick(ctx); err != nil {
-					return err
-				}
+			if err := in.finalTick(ctx, done); err != nil {
+				return err
 			}
-			close(done)
 		}
 	}
 	return nil
@@ -382,8 +388,13 @@ func (in *instance) runSource(ctx context.Context) error {
 	idle.Stop()
 	defer idle.Stop()
 	for ctx.Err() == nil && !in.stopping() {
-		if !in.waitUnpaused(ctx) || !in.waitBacklog(ctx) {
+		if ok, err := in.waitUnpaused(ctx); !ok {
+			return err
+		}
+		if waited, ok := in.waitBacklog(ctx); !ok {
 			return nil
+		} else if waited {
+			continue // paused meanwhile? (waitUnpaused)
 		}
 		res, err := in.sourceStep(ctx)
 		if err == nil && res != srcMore {
@@ -407,6 +418,7 @@ func (in *instance) runSource(ctx context.Context) error {
 			a.sourcesLeft.Add(-1)
 			return nil
 		case res == srcIdle:
+			in.deactivate()
 			for waiting := true; waiting; {
 				idle.Reset(a.opts.IdleWait)
 				select {
@@ -471,26 +483,73 @@ func (in *instance) stopping() bool {
 	}
 }
 
-// waitUnpaused returns at once unless the flowlet is paused; then it waits
-// for Resume. It returns false when the app stops or Scale removed the
-// instance meanwhile.
-func (in *instance) waitUnpaused(ctx context.Context) bool {
+// waitUnpaused returns ok at once unless the flowlet is paused; then it
+// waits for Resume, parked (not busy, its commits durable), answering
+// drain's request for a last tick meanwhile. It returns !ok when the app
+// stops or Scale removed the instance meanwhile, or (with the error) when
+// that last tick failed. Every step starts after it returned ok (or, the
+// last tick, after finalTick's activate).
+func (in *instance) waitUnpaused(ctx context.Context) (ok bool, err error) {
 	frt := in.frt
-	for frt.paused.Load() {
-		ch := frt.resume.wait()
+	for {
+		in.activate() // before looking at paused
 		if !frt.paused.Load() {
 			break
 		}
+		ch := frt.resume.wait()
+		if !frt.paused.Load() {
+			continue
+		}
 		in.settleBeforeWait()
+		in.deactivate()
 		select {
 		case <-ctx.Done():
-			return false
+			return false, nil
 		case <-in.stop:
-			return false
+			return false, nil
+		case done := <-in.final:
+			if err := in.finalTick(ctx, done); err != nil {
+				return false, err
+			}
 		case <-ch:
 		}
 	}
-	return ctx.Err() == nil && !in.stopping()
+	return ctx.Err() == nil && !in.stopping(), nil
+}
+
+// finalTick runs drain's last tick (paused or not) and closes done.
+func (in *instance) finalTick(ctx context.Context, done chan struct{}) error {
+	in.activate()
+	if in.ticker != nil {
+		if err := in.tick(ctx); err != nil {
+			return err
+		}
+	}
+	close(done)
+	return nil
+}
+
+// activate counts the instance in its flowlet's busy instances: it may run
+// a step. It comes before the instance looks at paused (waitUnpaused), and
+// Pause sets paused before anyone reads busy (WaitPaused, Status), so
+// either the reader sees the instance busy or the instance sees the pause:
+// busy 0 while paused means no step runs until Resume.
+func (in *instance) activate() {
+	if !in.active {
+		in.active = true
+		in.frt.busy.Add(1)
+	}
+}
+
+// deactivate: the instance waits (for input, a resume, back-pressure) or
+// has stopped; it activates again before its next step.
+func (in *instance) deactivate() {
+	if in.active {
+		in.active = false
+		if in.frt.busy.Add(-1) == 0 && in.frt.paused.Load() {
+			in.frt.parked.notify()
+		}
+	}
 }
 
 // start begins a step's transaction and resets the step context.

@@ -18,6 +18,7 @@ var (
 	ErrNotRunning     = errors.New("app is not running")
 	ErrNotScalable    = errors.New("flowlet cannot be scaled")
 	ErrBadRequest     = errors.New("bad request")
+	ErrNotPaused      = errors.New("flowlet is not paused")
 )
 
 // MaxScale bounds Scale: a flowlet's instances split the partitions of its
@@ -162,7 +163,8 @@ func (a *App) removeLocked(gone []*instance) {
 }
 
 // Pause makes a flowlet's instances start no new step (a step in flight
-// finishes) until Resume. Its input queues fill meanwhile.
+// finishes) until Resume. Its input queues fill meanwhile. It returns at
+// once; WaitPaused waits for the steps in flight.
 func (a *App) Pause(flowletName string) error {
 	frt := a.byName[flowletName]
 	if frt == nil {
@@ -184,7 +186,35 @@ func (a *App) Resume(flowletName string) error {
 		a.log.Info("resumed", "flowlet", flowletName)
 	}
 	frt.resume.notify()
+	frt.parked.notify() // WaitPaused: not paused any more
 	return nil
+}
+
+// WaitPaused returns once the paused flowlet is parked: none of its
+// instances is in a step (each finished the one in flight, its commits
+// durable) and none starts one until Resume (FlowletStatus.Parked). It
+// returns an error wrapping ErrNotPaused when the flowlet is not paused or
+// is resumed meanwhile, ctx's error when ctx ends first. A step retrying
+// a failed event (retries.backoff) is in flight until it commits.
+func (a *App) WaitPaused(ctx context.Context, flowletName string) error {
+	frt := a.byName[flowletName]
+	if frt == nil {
+		return fmt.Errorf("%w %q", ErrUnknownFlowlet, flowletName)
+	}
+	for {
+		ch := frt.parked.wait() // before looking: a notify in between closes it
+		if !frt.paused.Load() {
+			return fmt.Errorf("%w: %q", ErrNotPaused, flowletName)
+		}
+		if frt.busy.Load() == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
 }
 
 // Ready reports whether the app runs and every flowlet instance has started

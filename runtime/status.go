@@ -70,6 +70,13 @@ type FlowletStatus struct {
 	Instances int  `json:"instances"`
 	Source    bool `json:"source,omitempty"`
 	Paused    bool `json:"paused"`
+	// Parked: paused, and no instance is in a step or starts one until
+	// resumed (the steps in flight when it was paused are done, their
+	// commits durable; App.WaitPaused).
+	Parked bool `json:"parked,omitempty"`
+	// Busy: instances in a step or about to start one; the others wait for
+	// input, a resume or back-pressure (or have stopped).
+	Busy int `json:"busy"`
 	// Inputs are the queues the flowlet consumes, Outputs the queues it
 	// produces to (without its dead-letter and replay queues).
 	Inputs  []string `json:"inputs,omitempty"`
@@ -194,13 +201,16 @@ func (a *App) Status() Status {
 		st.errMu.Lock()
 		lastErr := st.lastErr
 		st.errMu.Unlock()
+		// paused before busy: busy 0 then means parked (instance.activate).
+		paused := f.paused.Load()
+		busy := int(f.busy.Load())
 		var outs []string
 		for _, o := range f.fl.Outputs {
 			outs = append(outs, planner.QueueName(f.fl.Name, o))
 		}
 		s.Flowlets = append(s.Flowlets, FlowletStatus{
 			Name: f.fl.Name, Type: typeName(f.fl), Instances: int(f.n.Load()), Source: f.source,
-			Paused: f.paused.Load(), Inputs: f.fl.Inputs, Outputs: outs,
+			Paused: paused, Parked: paused && busy == 0, Busy: busy, Inputs: f.fl.Inputs, Outputs: outs,
 			Processed: st.processed.Load(), Emitted: st.emitted.Load(), Failed: st.failed.Load(),
 			DeadLettered: st.dead.Load(), Conflicts: st.conflicts.Load(), Unrouted: st.unrouted.Load(), TooLarge: st.tooLarge.Load(),
 			Rate: f.rate.rate(now), Backlog: lag[f.fl.Name], DLQ: dlq[DLQName(f.fl.Name)],

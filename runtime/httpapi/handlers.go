@@ -80,11 +80,33 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 type PauseResponse struct {
 	Flowlet string `json:"flowlet"`
 	Paused  bool   `json:"paused"`
+	// Parked (pause only): no instance of the flowlet is in a step or
+	// starts one until resumed (runtime.FlowletStatus.Parked), as of the
+	// answer; with ?wait=D the answer waits up to D for it.
+	Parked *bool `json:"parked,omitempty"`
 }
+
+// maxPauseWait bounds a pause's ?wait.
+const maxPauseWait = 2 * time.Minute
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	fl := r.PathValue("flowlet")
 	pause := strings.HasSuffix(r.URL.Path, "/pause")
+	var wait time.Duration
+	if v := r.URL.Query().Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		switch {
+		case !pause:
+			err = errors.New("only a pause waits")
+		case err == nil && (d <= 0 || d > maxPauseWait):
+			err = fmt.Errorf("want a duration in (0, %s], not %s", maxPauseWait, v)
+		}
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("wait: %v", err))
+			return
+		}
+		wait = d
+	}
 	var err error
 	if pause {
 		err = s.a.Pause(fl)
@@ -95,8 +117,20 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	resp := PauseResponse{Flowlet: fl, Paused: pause}
+	if pause {
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		err := s.a.WaitPaused(ctx, fl) // with no wait: where it stands
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			fail(w, err) // resumed meanwhile (409)
+			return
+		}
+		parked := err == nil
+		resp.Parked = &parked
+	}
 	s.invalidate()
-	writeJSON(w, 200, PauseResponse{Flowlet: fl, Paused: pause})
+	writeJSON(w, 200, resp)
 }
 
 func (s *Server) invalidate() {

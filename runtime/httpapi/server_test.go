@@ -358,15 +358,33 @@ func TestAPI(t *testing.T) {
 	}
 
 	// Pause: processing stops, backlog grows; resume: it drains again.
-	if code, b := do(t, "POST", u+"/api/v1/flowlets/cnt/pause", "", ""); code != 200 || !strings.Contains(string(b), `"paused": true`) {
+	for _, q := range []string{"?wait=0s", "?wait=3m", "?wait=x"} {
+		if code, b := do(t, "POST", u+"/api/v1/flowlets/cnt/pause"+q, "", ""); code != 400 {
+			t.Errorf("pause%s: %d %s, want 400", q, code, b)
+		}
+	}
+	if code, b := do(t, "POST", u+"/api/v1/flowlets/cnt/resume?wait=1s", "", ""); code != 400 {
+		t.Errorf("resume?wait=1s: %d %s, want 400", code, b)
+	}
+	if flowletOf(a.Status(), "cnt").Paused {
+		t.Fatal("a refused pause paused cnt")
+	}
+	// The answer waits until the steps in flight are done: no step of cnt
+	// runs from then on.
+	if code, b := do(t, "POST", u+"/api/v1/flowlets/cnt/pause?wait=1m", "", ""); code != 200 || !strings.Contains(string(b), `"paused": true`) || !strings.Contains(string(b), `"parked": true`) {
 		t.Fatalf("pause: %d %s", code, b)
 	}
-	time.Sleep(300 * time.Millisecond) // steps in flight finish
 	p0 := flowletOf(a.Status(), "cnt").Processed
-	time.Sleep(500 * time.Millisecond)
-	ps := a.Status()
-	if f := flowletOf(ps, "cnt"); f.Processed != p0 || !f.Paused || f.Backlog == 0 {
+	time.Sleep(500 * time.Millisecond) // a window for a step that should not run
+	if f := flowletOf(a.Status(), "cnt"); f.Processed != p0 || !f.Paused || !f.Parked || f.Busy != 0 {
 		t.Errorf("paused cnt: processed %d → %d, %+v", p0, f.Processed, f)
+	}
+	waitFor(t, "a backlog of the paused cnt", func() bool { return flowletOf(a.Status(), "cnt").Backlog > 0 })
+	if f := flowletOf(a.Status(), "cnt"); f.Processed != p0 {
+		t.Errorf("paused cnt: processed %d → %d, %+v", p0, f.Processed, f)
+	}
+	if code, b := do(t, "POST", u+"/api/v1/flowlets/cnt/pause", "", ""); code != 200 || !strings.Contains(string(b), `"parked": true`) {
+		t.Errorf("pause again: %d %s", code, b)
 	}
 	if code, _ := do(t, "POST", u+"/api/v1/flowlets/cnt/resume", "", ""); code != 200 {
 		t.Fatalf("resume: %d", code)
