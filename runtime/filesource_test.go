@@ -28,7 +28,7 @@ flowlets:
 connections:
   - {from: src, to: c}
 `), runtime.Options{NoSync: true, DataDir: filepath.Join(dir, "data"), IdleWait: 2 * time.Millisecond})
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute) // a hang detector
 	waitTotal := func(want int64) {
 		t.Helper()
 		for counter(t, a, "c", "n", "total") != want {
@@ -49,15 +49,45 @@ connections:
 		}
 		f.Close()
 	}
+	// waitIdle waits until neither flowlet is in a step or about to start
+	// one (Busy): both wait, the source polling Changed.
+	waitIdle := func() {
+		t.Helper()
+		for {
+			st := a.Status()
+			if flowletStatus(st, "src").Busy == 0 && flowletStatus(st, "c").Busy == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the app did not settle: %+v", st.Flowlets)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	// sourceLooked waits for an empty step (the source found no whole
+	// line) that started after a status with empty steps at empty0.
+	sourceLooked := func(empty0 uint64) {
+		t.Helper()
+		for a.Status().Tx.EmptySteps <= empty0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the source did not look at the file again: %+v", a.Status())
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
 	waitTotal(2)
-	time.Sleep(50 * time.Millisecond) // the last steps settle: the source is idle
+	waitIdle()
 	started := a.TxStats().Started
-	time.Sleep(200 * time.Millisecond) // 100 IdleWaits
+	time.Sleep(200 * time.Millisecond) // 100 IdleWaits that must start nothing
 	if n := a.TxStats().Started - started; n != 0 {
 		t.Fatalf("%d transactions started while the followed file did not grow", n)
 	}
-	appendFile("c") // no "\n" yet: not a line
-	time.Sleep(50 * time.Millisecond)
+	empty0 := a.Status().Tx.EmptySteps // the app is idle: nothing steps
+	appendFile("c")                    // no "\n" yet: not a line
+	sourceLooked(empty0)
+	if f := flowletStatus(a.Status(), "src"); f.Processed != 2 {
+		t.Fatalf("the source emitted %d events after a partial line, want 2", f.Processed)
+	}
 	if n := counter(t, a, "c", "n", "total"); n != 2 {
 		t.Fatalf("total %d after a partial line, want 2", n)
 	}
@@ -68,8 +98,10 @@ connections:
 	}
 	// A writer that preallocates and fills in place: the file does not
 	// grow when the line is completed, and the line still arrives.
+	waitIdle()
+	empty0 = a.Status().Tx.EmptySteps
 	appendFile("\x00\x00\x00\x00")
-	time.Sleep(20 * time.Millisecond)
+	sourceLooked(empty0) // it saw the preallocated bytes (no whole line)
 	f, err := os.OpenFile(input, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
