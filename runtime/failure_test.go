@@ -242,14 +242,28 @@ connections:
   - {from: src, to: a}
   - {from: a, to: b}
 `), opts)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute) // a hang detector
 	for counter(t, a, "b", "n", "total") != 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("events did not arrive")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Settled: no instance in a step or about to start one (the last empty
+	// dequeues and the source's idle step are done).
+	for {
+		busy := 0
+		for _, f := range a.Status().Flowlets {
+			busy += f.Busy
+		}
+		if busy == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the app did not settle: %+v", a.Status().Flowlets)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	// The least of three one-second windows: the app's own floor. Other
 	// test binaries share the machine's two cores (go test runs packages in
 	// parallel), and a window they crowd runs the same wake-ups slower.
