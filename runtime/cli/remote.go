@@ -261,8 +261,10 @@ func writeStatus(w io.Writer, st runtime.Status, url string) {
 		}
 		fs := ""
 		switch {
-		case f.Paused:
+		case f.Paused && f.Parked:
 			fs = "paused"
+		case f.Paused: // steps in flight finish first
+			fs = fmt.Sprintf("pausing (%d busy)", f.Busy)
 		case f.Source && f.Done >= f.Instances:
 			fs = "ended"
 		}

@@ -94,3 +94,34 @@ func TestStaleAddrFile(t *testing.T) {
 		t.Errorf("%d scale requests reached the other app", n)
 	}
 }
+
+// status tells a pause that took effect (no step runs) from one whose steps
+// in flight are still finishing.
+func TestStatusPausedOrPausing(t *testing.T) {
+	t.Setenv("FLOWRUN_HTTP_TOKEN", "")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"app": "a", "ready": true, "flowlets": [
+			{"name": "parked", "type": "t", "instances": 2, "paused": true, "parked": true, "busy": 0},
+			{"name": "finishing", "type": "t", "instances": 2, "paused": true, "busy": 1},
+			{"name": "running", "type": "t", "instances": 1, "busy": 1}]}`))
+	}))
+	defer srv.Close()
+	code, out := runCLI(t, "status", "a", "--addr", srv.URL)
+	if code != 0 {
+		t.Fatalf("status: exit %d\n%s", code, out)
+	}
+	lines := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if name, _, ok := strings.Cut(l, " "); ok {
+			lines[name] = strings.TrimSpace(l)
+		}
+	}
+	for name, want := range map[string]string{"parked": "paused", "finishing": "pausing (1 busy)"} {
+		if !strings.HasSuffix(lines[name], want) {
+			t.Errorf("%s: %q, want it to end in %q\n%s", name, lines[name], want, out)
+		}
+	}
+	if strings.Contains(lines["running"], "paus") {
+		t.Errorf("a running flowlet shown as paused:\n%s", out)
+	}
+}
