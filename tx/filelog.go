@@ -434,15 +434,7 @@ func truncateSync(path string, size int64) error {
 	if err != nil {
 		return err
 	}
-	if err := f.Truncate(size); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return syncClose(f, f.Truncate(size))
 }
 
 func writeFileSync(path string, b []byte) error {
@@ -450,15 +442,16 @@ func writeFileSync(path string, b []byte) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
+	_, err = f.Write(b)
+	return syncClose(f, err)
+}
+
+// syncClose syncs and closes f after an operation on it ended with err.
+func syncClose(f *os.File, err error) error {
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return errors.Join(err, f.Close())
 }
 
 // Close writes and syncs what is pending and closes the current segment.
