@@ -468,6 +468,10 @@ func (a *App) closePlugins() {
 // running).
 func (a *App) startLocked(in *instance) {
 	a.unsettled.Add(1)
+	// Busy from now, not from when the goroutine runs: the instance
+	// publishes (a step) before it looks at paused, and a WaitPaused
+	// right after a Scale must not answer parked before that.
+	in.activate()
 	a.runWG.Add(1)
 	go func() {
 		defer a.runWG.Done()

@@ -307,7 +307,7 @@ func fatalErr(err error) bool {
 
 // run drives the instance until ctx is done (or the source ended).
 func (in *instance) run(ctx context.Context) (err error) {
-	in.activate()
+	in.activate()                // startLocked did, before the goroutine
 	defer in.deactivate()        // last: after the final settle and publish
 	defer in.a.unsettled.Add(-1) // if it never settled
 	defer func() {
@@ -322,7 +322,9 @@ func (in *instance) run(ctx context.Context) (err error) {
 			return err
 		}
 		defer func() {
-			// A last publish so that committed output is out before exit.
+			// A last publish so that committed output is out before exit:
+			// a step (busy), also after a paused instance stopped.
+			in.activate()
 			_ = in.publish(context.WithoutCancel(ctx))
 		}()
 	}
