@@ -355,6 +355,9 @@ func (c *Coordinator) newPointerLocked() (uint64, error) {
 	return p, nil
 }
 
+// MaxTimeout is the longest timeout StartShort accepts (Options.MaxTimeout).
+func (c *Coordinator) MaxTimeout() time.Duration { return c.opts.MaxTimeout }
+
 // StartShort starts a short transaction that times out after timeout.
 func (c *Coordinator) StartShort(timeout time.Duration) (*Tx, error) {
 	if timeout <= 0 || timeout > c.opts.MaxTimeout {

@@ -600,7 +600,9 @@ func (b *Backend) TruncateQueue(name string) error {
 	// them lost those events). keep is nil without a coordinator.
 	var keep func(*entryKey) bool
 	if c := b.opts.Coordinator; c != nil {
-		t, err := c.StartShort(time.Minute)
+		// Only its snapshot counts (nothing is written under it), so its
+		// timeout does not matter, but it must be one the coordinator takes.
+		t, err := c.StartShort(min(time.Minute, c.MaxTimeout()))
 		if err != nil {
 			return err
 		}

@@ -46,7 +46,7 @@ func (b *Backend) startStates(q *queueRT) ([]*partState, error) {
 	var t *tx.Tx
 	if c := b.opts.Coordinator; c != nil {
 		var err error
-		if t, err = c.StartShort(time.Minute); err != nil {
+		if t, err = c.StartShort(min(time.Minute, c.MaxTimeout())); err != nil {
 			return nil, err
 		}
 		defer c.Abort(t)
