@@ -273,6 +273,10 @@ func (p *producer) maxFreeBytes() int { return 4 * p.b.opts.ChunkBytes }
 
 func (q *queueRT) isDeleted() bool { return q.dead.Load() }
 
+// reserveTestHook, if set, runs in reserve before each look at the room
+// (tests: to act between a waiter's wake-up and its checks).
+var reserveTestHook func()
+
 // reserve counts n events of size bytes against the depth limit, waiting up
 // to FullWait (and ctx) for eviction to make room.
 func (q *queueRT) reserve(ctx context.Context, b *Backend, n, size int64) error {
@@ -287,15 +291,25 @@ func (q *queueRT) reserve(ctx context.Context, b *Backend, n, size int64) error 
 	}
 	var deadline <-chan time.Time
 	for {
+		if reserveTestHook != nil {
+			reserveTestHook()
+		}
+		q.spaceMu.Lock()
 		// Checked at every wake-up: Close and DeleteQueue signal space, and
-		// neither makes room (a waiter slept out FullWait before).
+		// neither makes room (a waiter slept out FullWait before). Under
+		// spaceMu, with the channel taken below: Close and DeleteQueue set
+		// their flag before signalSpace takes spaceMu, so either this sees
+		// it or it waits on the channel they close (checked before the
+		// lock, a flag set and signalled in between left the waiter on the
+		// new channel for all of FullWait).
 		if b.shut.Load() {
+			q.spaceMu.Unlock()
 			return queue.ErrClosed
 		}
 		if q.isDeleted() {
+			q.spaceMu.Unlock()
 			return fmt.Errorf("%w: %q", queue.ErrUnknownQueue, q.name)
 		}
-		q.spaceMu.Lock()
 		ev := q.events.Load() + q.resEvents.Load()
 		by := q.bytes.Load() + q.resBytes.Load()
 		fits := (cfg.MaxEvents == 0 || ev+n <= cfg.MaxEvents) && (cfg.MaxBytes == 0 || by+size <= cfg.MaxBytes)
