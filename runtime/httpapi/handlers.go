@@ -121,8 +121,9 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	if pause {
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		err := s.a.WaitPaused(ctx, fl) // with no wait: where it stands
+		ended := ctx.Err() != nil      // before cancel, which ends it
 		cancel()
-		if err != nil && ctx.Err() == nil {
+		if err != nil && !ended {
 			fail(w, err) // resumed meanwhile (409)
 			return
 		}

@@ -1,0 +1,138 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/httpapi"
+)
+
+// api_hold holds each step until the test opens its gate (holdGate).
+type holdFlowlet struct{}
+
+var holdGate struct {
+	mu      sync.Mutex
+	release chan struct{}
+	entered chan struct{}
+}
+
+func (holdFlowlet) Process(ctx flowlet.Context, ev flowlet.Event) error {
+	holdGate.mu.Lock()
+	r, e := holdGate.release, holdGate.entered
+	holdGate.mu.Unlock()
+	if r != nil {
+		select {
+		case e <- struct{}{}:
+		default:
+		}
+		<-r
+	}
+	return ctx.Counters("n").Add([]byte("total"), 1)
+}
+
+func init() {
+	flowlet.Register("api_hold", func() flowlet.Flowlet { return holdFlowlet{} }, flowlet.TypeInfo{})
+}
+
+// TestPauseWaitEnds: a pause?wait whose flowlet has a step held in flight
+// answers 409 when a resume comes meanwhile, and a client that gives up
+// ends its handler (the test server's Close waits for every handler).
+func TestPauseWaitEnds(t *testing.T) {
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	holdGate.mu.Lock()
+	holdGate.release, holdGate.entered = release, entered
+	holdGate.mu.Unlock()
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	defer func() {
+		open()
+		holdGate.mu.Lock()
+		holdGate.release, holdGate.entered = nil, nil
+		holdGate.mu.Unlock()
+	}()
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.yaml")
+	if err := os.WriteFile(path, []byte(`
+app: pw
+flowlets:
+  gen: {type: generator, config: {rate: 200, batch: 5}}
+  blk: {type: api_hold, batch_size: 1}
+connections:
+  - {from: gen, to: blk}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := runtime.ParseFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := runtime.Open(plan, runtime.Options{DataDir: filepath.Join(dir, "data"), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		open()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	s, err := httpapi.New(a, httpapi.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	u := ts.URL + "/api/v1/flowlets/blk"
+	<-entered // a step of blk is held in flight
+
+	// A resume during the wait: 409.
+	answer := make(chan int, 1)
+	go func() {
+		resp, err := http.Post(u+"/pause?wait=1m", "", nil)
+		if err != nil {
+			t.Error(err)
+			answer <- 0
+			return
+		}
+		resp.Body.Close()
+		answer <- resp.StatusCode
+	}()
+	waitFor(t, "blk paused", func() bool { return flowletOf(a.Status(), "blk").Paused })
+	if code, b := do(t, "POST", u+"/resume", "", ""); code != 200 {
+		t.Fatalf("resume: %d %s", code, b)
+	}
+	if code := <-answer; code != http.StatusConflict {
+		t.Errorf("pause?wait resumed meanwhile: %d, want 409", code)
+	}
+
+	// A client that gives up: its handler ends (Close below returns).
+	rctx, rcancel := context.WithCancel(context.Background())
+	go func() {
+		req, _ := http.NewRequestWithContext(rctx, "POST", u+"/pause?wait=2m", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			t.Errorf("pause?wait answered %d with a step held in flight", resp.StatusCode)
+		}
+		answer <- 0
+	}()
+	waitFor(t, "blk paused", func() bool { return flowletOf(a.Status(), "blk").Paused })
+	rcancel()
+	<-answer
+	ts.Close() // waits for the handler; the step is still held
+	if f := flowletOf(a.Status(), "blk"); !f.Paused || f.Parked {
+		t.Errorf("blk: %+v, want paused with its step in flight", f)
+	}
+}
