@@ -378,7 +378,8 @@ func (a *App) build() error {
 }
 
 // FastPath reports whether every step of every instance takes the
-// single-store fast path (all participants stage into the tx log's DB).
+// single-store fast path (all participants stage into the tx log's DB):
+// true once the app is built, which refuses any other participant.
 func (a *App) FastPath() bool { return a.fastPath }
 
 // TxStats returns the coordinator's counters.

@@ -254,7 +254,6 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 	for _, p := range parts {
 		s, ok := p.(tx.Stager)
 		if !ok || s.Store() != any(a.st.db) {
-			a.fastPath = false
 			return nil, fmt.Errorf("flowlet %q: participant %T does not stage into the app's store (internal error: every step takes the single-store fast path)", f.Name, p)
 		}
 	}

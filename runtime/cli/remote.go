@@ -261,7 +261,7 @@ func writeStatus(w io.Writer, st runtime.Status, url string) {
 		}
 		fs := ""
 		switch {
-		case f.Paused && f.Parked:
+		case f.Paused && (f.Parked || f.Busy == 0): // (an older server sends no parked)
 			fs = "paused"
 		case f.Paused: // steps in flight finish first
 			fs = fmt.Sprintf("pausing (%d busy)", f.Busy)

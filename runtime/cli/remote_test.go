@@ -103,7 +103,8 @@ func TestStatusPausedOrPausing(t *testing.T) {
 		w.Write([]byte(`{"app": "a", "ready": true, "flowlets": [
 			{"name": "parked", "type": "t", "instances": 2, "paused": true, "parked": true, "busy": 0},
 			{"name": "finishing", "type": "t", "instances": 2, "paused": true, "busy": 1},
-			{"name": "running", "type": "t", "instances": 1, "busy": 1}]}`))
+			{"name": "running", "type": "t", "instances": 1, "busy": 1},
+			{"name": "older", "type": "t", "instances": 1, "paused": true}]}`))
 	}))
 	defer srv.Close()
 	code, out := runCLI(t, "status", "a", "--addr", srv.URL)
@@ -116,7 +117,7 @@ func TestStatusPausedOrPausing(t *testing.T) {
 			lines[name] = strings.TrimSpace(l)
 		}
 	}
-	for name, want := range map[string]string{"parked": "paused", "finishing": "pausing (1 busy)"} {
+	for name, want := range map[string]string{"parked": "paused", "finishing": "pausing (1 busy)", "older": "paused"} {
 		if !strings.HasSuffix(lines[name], want) {
 			t.Errorf("%s: %q, want it to end in %q\n%s", name, lines[name], want, out)
 		}
