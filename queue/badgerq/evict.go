@@ -37,6 +37,10 @@ func (b *Backend) evict() error {
 func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 	now := b.opts.Now()
 	ttl := q.cfg.TTL
+	var inFlight map[uint64]int // general path: persisted, not committed
+	if ttl > 0 {
+		inFlight = b.inFlight() // after now, before the reads (see inFlight)
+	}
 	low := ^uint64(0)
 	var delEvents, delBytes, expired int64
 	// The batch and the read transaction are made on first use, so an idle
@@ -106,7 +110,10 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 				}
 				consumed := k.wp < bound
 				stale := ttl > 0 && now.Sub(time.UnixMilli(k.ms)) > ttl
-				if !consumed && !stale {
+				// An expired entry of a producer still in flight is kept
+				// too: it is not in the depth yet (and if it commits, a
+				// later pass expires it).
+				if !consumed && (!stale || inFlight[k.wp] > 0) {
 					kept = k.wp
 					low = min(low, k.wp)
 					break

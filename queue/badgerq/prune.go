@@ -2,6 +2,7 @@ package badgerq
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/flowrun/flowrun/tx"
 )
@@ -39,14 +40,13 @@ import (
 func (b *Backend) pruneGated() bool { return b.pruner != nil && !b.opts.FastPath }
 
 // beginPersist registers data about to be persisted under wp, or refuses it
-// when wp is below a bound already reported.
+// when wp is below a bound already reported. Registered with or without a
+// pruner: eviction also keeps a registered pointer's expired entries (not
+// in the depth yet, see inFlight).
 func (b *Backend) beginPersist(wp uint64) error {
-	if !b.pruneGated() {
-		return nil
-	}
 	b.pruneMu.Lock()
 	defer b.pruneMu.Unlock()
-	if wp < b.pruneReported {
+	if b.pruneGated() && wp < b.pruneReported {
 		return fmt.Errorf("badgerq: persist under write pointer %d, below the invalid-list prune bound %d already reported (timed out or invalidated): %w",
 			wp, b.pruneReported, tx.ErrNotInProgress)
 	}
@@ -56,9 +56,6 @@ func (b *Backend) beginPersist(wp uint64) error {
 
 // endPersist: the data persisted under wp is committed or rolled back.
 func (b *Backend) endPersist(wp uint64) {
-	if !b.pruneGated() {
-		return
-	}
 	b.pruneMu.Lock()
 	if n := b.persisting[wp]; n > 1 {
 		b.persisting[wp] = n - 1
@@ -87,4 +84,20 @@ func (s *slot) holdAt(wp uint64) {
 	if wp != 0 && (s.hold == 0 || wp < s.hold) {
 		s.hold = wp
 	}
+}
+
+// inFlight returns the pointers registered by beginPersist now (nil if
+// none). A producer registers before it stamps its entries' enqueue time
+// and rolls back (deletes them) before it ends the registration, so an
+// eviction pass that takes its clock reading first and this before its
+// reads sees every entry it finds expired either here, committed, or not at
+// all: it must not delete (and subtract from the depth, which counts them
+// only at PostCommit) the first kind.
+func (b *Backend) inFlight() map[uint64]int {
+	b.pruneMu.Lock()
+	defer b.pruneMu.Unlock()
+	if len(b.persisting) == 0 {
+		return nil
+	}
+	return maps.Clone(b.persisting)
 }
