@@ -82,7 +82,8 @@ func TestRecreatedQueueAndGroupSurviveOldCommits(t *testing.T) {
 		t.Fatalf("old consumer got %d entries, want 1", len(got))
 	}
 	must(n.qs.RemoveGroup("q", "g"))
-	must(n.qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 1})) // starts where h is: after new-1
+	// The new g starts where h is: after new-1.
+	must(n.qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 1}))
 	must(cctx.Finish()) // its states land under the removed id, swept
 	produce("new-3")
 	if got := drain("g"); !slices.Equal(got, []string{"new-2", "new-3"}) {
