@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"golang.org/x/sys/unix"
 
 	"github.com/flowrun/flowrun/internal/badgerutil"
 	"github.com/flowrun/flowrun/queue"
@@ -138,22 +137,13 @@ func (s *store) close() error {
 	return errors.Join(errs...)
 }
 
-// lockStoreDir takes the flock Badger holds on dir/LOCK while a DB is open;
-// ErrLocked if a running app holds it. No LOCK file: nothing to take.
+// lockStoreDir takes the lock Badger holds while a DB is open (a flock on
+// the directory itself; dir/LOCK only records the pid — locking that file,
+// as this did, excluded nothing); ErrLocked if a running app holds it.
 func lockStoreDir(dir string) (unlock func(), err error) {
-	f, err := os.Open(filepath.Join(dir, "LOCK"))
-	if err != nil {
-		return func() {}, nil
+	unlock, err = badgerutil.LockDir(dir)
+	if errors.Is(err, badgerutil.ErrInUse) {
+		return nil, fmt.Errorf("%w: %s is in use by another flowrun process; stop it or use its status endpoint", ErrLocked, dir)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s is in use by another flowrun process; stop it or use its status endpoint", ErrLocked, dir)
-		}
-		return func() {}, nil // a file system without flock: Badger decides
-	}
-	return func() {
-		unix.Flock(int(f.Fd()), unix.LOCK_UN)
-		f.Close()
-	}, nil
+	return unlock, err
 }

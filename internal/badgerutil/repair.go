@@ -1,8 +1,12 @@
 package badgerutil
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // RemoveEmptyLogFiles deletes zero-length value-log (*.vlog) and memtable
@@ -30,4 +34,50 @@ func RemoveEmptyLogFiles(dir string) error {
 		}
 	}
 	return nil
+}
+
+// ErrInUse: another process (or another DB in this one) has the directory
+// open as a Badger DB.
+var ErrInUse = errors.New("the Badger directory is in use")
+
+// LockDir takes the lock Badger holds while a DB is open: an exclusive flock
+// on the directory itself (Badger's LOCK file only records the pid). It
+// fails with ErrInUse while a DB is open there. Release it before
+// badger.Open, which takes it again. A directory that does not exist, or a
+// file system without flock, gets a no-op unlock.
+func LockDir(dir string) (unlock func(), err error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return func() {}, nil
+		}
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrInUse, dir)
+		}
+		return func() {}, nil // no flock here: Badger decides
+	}
+	return func() {
+		unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// RepairBeforeOpen is RemoveEmptyLogFiles under LockDir: a process that has
+// the DB open may be creating a log file (empty for an instant), which must
+// not be taken for a crash's leftover. If the directory is in use it does
+// nothing, and badger.Open reports it.
+func RepairBeforeOpen(dir string) error {
+	unlock, err := LockDir(dir)
+	if errors.Is(err, ErrInUse) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return RemoveEmptyLogFiles(dir)
 }

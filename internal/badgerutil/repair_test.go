@@ -83,3 +83,42 @@ func TestRemoveEmptyMemtable(t *testing.T) {
 		t.Fatalf("committed key lost: %v", err)
 	}
 }
+
+// RepairBeforeOpen removes a crash's empty memtable file, but not while a
+// process holds the DB open: its empty file may be one being created.
+func TestRepairBeforeOpenRespectsTheLock(t *testing.T) {
+	dir := t.TempDir()
+	opts := badger.DefaultOptions(dir).WithLogger(nil)
+	db, err := badger.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := filepath.Join(dir, "00099.mem")
+	if err := os.WriteFile(mem, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := RepairBeforeOpen(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mem); err != nil {
+		t.Fatalf("an empty file of an open DB was removed: %v", err)
+	}
+	db.Close()
+	if err := os.Truncate(mem, 0); err != nil { // Close may not touch it; be sure
+		t.Fatal(err)
+	}
+	if err := RepairBeforeOpen(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mem); !os.IsNotExist(err) {
+		t.Fatalf("the empty memtable file of a closed DB is still there: %v", err)
+	}
+	db, err = badger.Open(opts)
+	if err != nil {
+		t.Fatalf("after repair: %v", err)
+	}
+	db.Close()
+	if err := RepairBeforeOpen(filepath.Join(dir, "absent")); err != nil {
+		t.Fatalf("a directory that does not exist: %v", err)
+	}
+}

@@ -1,9 +1,12 @@
 package badgerq
 
 import (
+	"fmt"
+
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 	"github.com/dgraph-io/badger/v4/skl"
+	"github.com/flowrun/flowrun/internal/badgerutil"
 	"github.com/flowrun/flowrun/tx"
 )
 
@@ -130,11 +133,18 @@ func MemoryBudget(o badger.Options) int64 {
 // durable store also pass tx.BadgerLogOptions{Sync: true} to the log and
 // Options{Sync: true} to Open (see TunedOptions).
 func OpenDB(dir string, durable bool) (*badger.DB, error) {
-	return badger.Open(TunedOptions(dir, durable))
+	return OpenDBLogged(dir, durable, nil)
 }
 
 // OpenDBLogged is OpenDB with Badger's messages going to log.
+//
+// Both first remove the empty value-log and memtable files a kill -9 can
+// leave (a file created, not yet sized), which Badger v4 refuses to open
+// ("Create a new file"; badger#2207) though they hold no data.
 func OpenDBLogged(dir string, durable bool, log badger.Logger) (*badger.DB, error) {
+	if err := badgerutil.RepairBeforeOpen(dir); err != nil {
+		return nil, fmt.Errorf("badgerq: %s: %w", dir, err)
+	}
 	return badger.Open(TunedOptionsLogged(dir, durable, log))
 }
 
