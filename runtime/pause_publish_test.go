@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -52,26 +53,8 @@ var _ runtime.Publisher = pubGateFlowlet{}
 // the instance no longer counted as busy then: Status said parked, no step
 // running, while its Publish ran and committed.)
 func TestParkedNotWhilePublishing(t *testing.T) {
-	dir := t.TempDir()
-	a := runApp(t, plan(t, dir, `
-app: pubpark
-flowlets:
-  gen: {type: generator, config: {rate: 200, batch: 5}}
-  pb: {type: t_pubgate, instances: 2}
-connections:
-  - {from: gen, to: pb}
-`), runtime.Options{NoSync: true, DataDir: filepath.Join(dir, "data")})
+	a := pausedPubGate(t, "pubpark", 2)
 	ctx := context.Background()
-	// Every instance started (and published what it found) first.
-	for ok := false; !ok; ok, _ = a.Ready() {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if err := a.Pause("pb"); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.WaitPaused(ctx, "pb"); err != nil {
-		t.Fatal(err)
-	}
 	entered, open := holdPubGate(t)
 	scaled := make(chan error, 1)
 	go func() {
@@ -92,6 +75,31 @@ connections:
 	if f := flowletStatus(a.Status(), "pb"); !f.Parked || f.Busy != 0 || f.Instances != 1 {
 		t.Errorf("after the scale: %+v", f)
 	}
+}
+
+// pausedPubGate runs gen → pb (t_pubgate, instances) and returns it once
+// every instance started and pb is paused and parked.
+func pausedPubGate(t *testing.T, app string, instances int) *runtime.App {
+	t.Helper()
+	dir := t.TempDir()
+	a := runApp(t, plan(t, dir, fmt.Sprintf(`
+app: %s
+flowlets:
+  gen: {type: generator, config: {rate: 200, batch: 5}}
+  pb: {type: t_pubgate, instances: %d}
+connections:
+  - {from: gen, to: pb}
+`, app, instances)), runtime.Options{NoSync: true, DataDir: filepath.Join(dir, "data")})
+	for ok := false; !ok; ok, _ = a.Ready() { // every instance started (and published)
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := a.Pause("pb"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WaitPaused(context.Background(), "pb"); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 // holdPubGate makes every t_pubgate Publish wait until open (also called
@@ -118,25 +126,8 @@ func holdPubGate(t *testing.T) (entered <-chan struct{}, open func()) {
 // instance counted as busy only once its goroutine ran: a WaitPaused right
 // after Scale could answer parked before the new instance's Publish ran.)
 func TestParkedNotBeforeStartPublish(t *testing.T) {
-	dir := t.TempDir()
-	a := runApp(t, plan(t, dir, `
-app: pubstart
-flowlets:
-  gen: {type: generator, config: {rate: 200, batch: 5}}
-  pb: {type: t_pubgate}
-connections:
-  - {from: gen, to: pb}
-`), runtime.Options{NoSync: true, DataDir: filepath.Join(dir, "data")})
+	a := pausedPubGate(t, "pubstart", 1)
 	ctx := context.Background()
-	for ok := false; !ok; ok, _ = a.Ready() {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if err := a.Pause("pb"); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.WaitPaused(ctx, "pb"); err != nil {
-		t.Fatal(err)
-	}
 	entered, open := holdPubGate(t)
 	if _, err := a.Scale(ctx, "pb", 2); err != nil {
 		t.Fatal(err)
