@@ -597,9 +597,11 @@ func (b *Backend) TruncateQueue(name string) error {
 	//
 	// On the general path, entries of producers still in flight are stored
 	// before their commit: they commit after the truncate and stay (deleting
-	// them lost those events). keep is nil without a coordinator.
+	// them lost those events). keep is nil without a coordinator and on the
+	// fast path, which stores nothing before a commit (a transaction there
+	// would only cost: an abort, and a sibling that gathering waits for).
 	var keep func(*entryKey) bool
-	if c := b.opts.Coordinator; c != nil {
+	if c := b.opts.Coordinator; c != nil && !b.opts.FastPath {
 		// Only its snapshot counts (nothing is written under it), so its
 		// timeout does not matter, but it must be one the coordinator takes.
 		t, err := c.StartShort(min(time.Minute, c.MaxTimeout()))
