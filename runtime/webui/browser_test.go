@@ -150,6 +150,31 @@ func TestBrowserWeblogUI(t *testing.T) {
 		t.Errorf("page_views instances %d → %d, want 2 → 3", before, got)
 	}
 	t.Logf("scaled page_views in the UI after %s", time.Since(start).Round(time.Millisecond))
+
+	// Pause page_views in the UI: its node says "paused" once no step runs
+	// (parked), then Resume brings it back.
+	nodeText := func() string {
+		var s string
+		wd.call("POST", "/execute/sync", map[string]any{"args": []any{}, "script": `const n = document.querySelector('#graph g.node[data-flowlet="page_views"] text.backlog'); return n ? n.textContent : ""`}, &s)
+		return s
+	}
+	waitText := func(what string, ok func(string) bool) {
+		deadline := time.Now().Add(30 * time.Second)
+		for s := nodeText(); !ok(s); s = nodeText() {
+			if time.Now().After(deadline) {
+				wd.screenshot(t)
+				t.Fatalf("page_views node says %q, want it %s; status %+v", s, what, a.Status())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	wd.call("POST", "/element/"+wd.find(t, "#pause-btn-page_views")+"/click", map[string]any{}, nil)
+	if err := a.WaitPaused(context.Background(), "page_views"); err != nil {
+		t.Fatal(err)
+	}
+	waitText("paused", func(s string) bool { return strings.HasSuffix(s, "· paused") })
+	wd.call("POST", "/element/"+wd.find(t, "#pause-btn-page_views")+"/click", map[string]any{}, nil)
+	waitText("running", func(s string) bool { return s != "" && !strings.Contains(s, "paus") })
 	// Let the new instance count events, then take the picture.
 	time.Sleep(1500 * time.Millisecond)
 	wd.screenshot(t)

@@ -153,7 +153,9 @@ function drawGraph(st) {
     const errs = (f.failed || 0) > 0 || (f.dlq || 0) > 0;
     n.setAttribute("class", "node" + (f.source ? " source" : "") + (errs ? " errors" : "") + (f.paused ? " paused" : "") + (selected === f.name ? " selected" : ""));
     n.querySelector("text.rate").textContent = `${fmt(f.events_per_second)} ev/s · ${fmt(f.processed)} done`;
-    n.querySelector("text.backlog").textContent = f.source ? (f.paused ? "paused" : "") : `backlog ${fmt(f.backlog)}${f.paused ? " · paused" : ""}`;
+    // "pausing" while steps in flight finish; an older server sends no parked.
+    const ps = f.paused ? ((f.parked || !f.busy) ? "paused" : "pausing") : "";
+    n.querySelector("text.backlog").textContent = f.source ? ps : `backlog ${fmt(f.backlog)}${ps ? " · " + ps : ""}`;
     const et = n.querySelector("text.errs");
     et.textContent = `failed ${fmt(f.failed)} · dlq ${fmt(f.dlq)}`;
     et.setAttribute("class", "errs" + (errs ? " bad" : ""));
