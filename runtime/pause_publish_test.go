@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/internal/testgate"
 	"github.com/flowrun/flowrun/runtime"
 )
 
@@ -17,27 +17,14 @@ import (
 // waits for it to open, telling the test it is there.
 type pubGateFlowlet struct{}
 
-var thePubGate struct {
-	mu      sync.Mutex
-	release chan struct{}
-	entered chan struct{}
-}
+var thePubGate testgate.Gate
 
 func (pubGateFlowlet) Process(ctx flowlet.Context, ev flowlet.Event) error {
 	return ctx.Counters("n").Add([]byte("events"), 1)
 }
 
 func (pubGateFlowlet) Publish(ctx flowlet.Context) error {
-	thePubGate.mu.Lock()
-	r, e := thePubGate.release, thePubGate.entered
-	thePubGate.mu.Unlock()
-	if r != nil {
-		select {
-		case e <- struct{}{}:
-		default:
-		}
-		<-r
-	}
+	thePubGate.Pass()
 	return ctx.Counters("n").Add([]byte("published"), 1)
 }
 
@@ -55,7 +42,7 @@ var _ runtime.Publisher = pubGateFlowlet{}
 func TestParkedNotWhilePublishing(t *testing.T) {
 	a := pausedPubGate(t, "pubpark", 2)
 	ctx := context.Background()
-	entered, open := holdPubGate(t)
+	entered, open := thePubGate.Hold(t)
 	scaled := make(chan error, 1)
 	go func() {
 		_, err := a.Scale(ctx, "pb", 1)
@@ -102,24 +89,6 @@ connections:
 	return a
 }
 
-// holdPubGate makes every t_pubgate Publish wait until open (also called
-// at cleanup); entered tells one is waiting.
-func holdPubGate(t *testing.T) (entered <-chan struct{}, open func()) {
-	release, ent := make(chan struct{}), make(chan struct{}, 1)
-	thePubGate.mu.Lock()
-	thePubGate.release, thePubGate.entered = release, ent
-	thePubGate.mu.Unlock()
-	var once sync.Once
-	open = func() { once.Do(func() { close(release) }) }
-	t.Cleanup(func() {
-		open()
-		thePubGate.mu.Lock()
-		thePubGate.release, thePubGate.entered = nil, nil
-		thePubGate.mu.Unlock()
-	})
-	return ent, open
-}
-
 // TestParkedNotBeforeStartPublish: an instance that a scale adds to a
 // paused flowlet publishes once as it starts (before it looks at the
 // pause); WaitPaused after the scale waits for that publish. (Before, the
@@ -128,7 +97,7 @@ func holdPubGate(t *testing.T) (entered <-chan struct{}, open func()) {
 func TestParkedNotBeforeStartPublish(t *testing.T) {
 	a := pausedPubGate(t, "pubstart", 1)
 	ctx := context.Background()
-	entered, open := holdPubGate(t)
+	entered, open := thePubGate.Hold(t)
 	if _, err := a.Scale(ctx, "pb", 2); err != nil {
 		t.Fatal(err)
 	}

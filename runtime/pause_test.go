@@ -5,62 +5,23 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/internal/testgate"
 	"github.com/flowrun/flowrun/runtime"
 )
 
-// t_block counts its events (counter n/total) and, before each, holds the
-// step until the test opens its gate (blockGate.hold / open), telling the
-// test it is there (entered).
+// t_block counts its events (counter n/total) and, before each, passes
+// theBlock: a test that holds it keeps a step in flight.
 type blockFlowlet struct{}
 
-type blockGate struct {
-	mu      sync.Mutex
-	release chan struct{}
-	entered chan struct{}
-}
-
 // theBlock is the gate of every t_block (one test at a time uses it).
-var theBlock = &blockGate{}
-
-// hold makes the next steps wait until open.
-func (b *blockGate) hold() {
-	b.mu.Lock()
-	b.release = make(chan struct{})
-	b.entered = make(chan struct{}, 1)
-	b.mu.Unlock()
-}
-
-func (b *blockGate) open() {
-	b.mu.Lock()
-	if b.release != nil {
-		close(b.release)
-		b.release = nil
-	}
-	b.mu.Unlock()
-}
-
-func (b *blockGate) enteredC() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.entered
-}
+var theBlock testgate.Gate
 
 func (blockFlowlet) Process(ctx flowlet.Context, ev flowlet.Event) error {
-	theBlock.mu.Lock()
-	r, e := theBlock.release, theBlock.entered
-	theBlock.mu.Unlock()
-	if r != nil {
-		select {
-		case e <- struct{}{}:
-		default:
-		}
-		<-r
-	}
+	theBlock.Pass()
 	return ctx.Counters("n").Add([]byte("total"), 1)
 }
 
@@ -72,8 +33,6 @@ func init() {
 // its step in flight is done, and a resume ends the wait with ErrNotPaused.
 func TestWaitPaused(t *testing.T) {
 	dir := t.TempDir()
-	theBlock.hold()
-	t.Cleanup(theBlock.open) // before the app stops: no step stays held
 	a := runApp(t, plan(t, dir, `
 app: pause
 flowlets:
@@ -83,6 +42,9 @@ connections:
   - {from: gen, to: blk}
 `), runtime.Options{NoSync: true, DataDir: filepath.Join(dir, "data")})
 	ctx := context.Background()
+	// Held from the next step on; opened at the latest by a cleanup that
+	// runs before the app's (no step stays held while the app stops).
+	entered, open := theBlock.Hold(t)
 
 	if err := a.WaitPaused(ctx, "blk"); !errors.Is(err, runtime.ErrNotPaused) {
 		t.Errorf("WaitPaused of a running flowlet: %v, want ErrNotPaused", err)
@@ -92,7 +54,7 @@ connections:
 	}
 
 	// A step in flight: paused, not parked until it is done.
-	<-theBlock.enteredC()
+	<-entered
 	if err := a.Pause("blk"); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +68,7 @@ connections:
 		t.Fatalf("WaitPaused returned (%v) while a step was in flight", err)
 	default:
 	}
-	theBlock.open()
+	open()
 	if err := <-waited; err != nil {
 		t.Fatalf("WaitPaused: %v", err)
 	}
@@ -143,11 +105,11 @@ connections:
 	}
 
 	// Resumed while a wait is on: the wait ends with ErrNotPaused.
-	theBlock.hold()
+	entered, open = theBlock.Hold(t)
 	if err := a.Resume("blk"); err != nil {
 		t.Fatal(err)
 	}
-	<-theBlock.enteredC()
+	<-entered
 	if err := a.Pause("blk"); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +123,7 @@ connections:
 	if f := flowletStatus(a.Status(), "blk"); f.Paused || f.Parked {
 		t.Errorf("resumed: %+v", f)
 	}
-	theBlock.open()
+	open()
 }
 
 // t_ticker counts its events (counter n/events) and its ticks (n/ticks).

@@ -2,7 +2,6 @@ package tx
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -19,6 +18,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/flowrun/flowrun/internal/badgerutil"
+	"github.com/flowrun/flowrun/internal/crashtest"
 )
 
 // The crash test runs transfers in a child process (this test binary, re-run
@@ -114,21 +114,6 @@ func (s *crashStore) verify(acked []uint64) (int, error) {
 	return int(transfers), nil
 }
 
-// cutTornAck drops a torn last line of the acks file: a child killed inside
-// its write (SIGKILL can stop a write between pages) leaves part of a line,
-// which the next child's first line would extend into an id nobody wrote.
-// A torn line was never a whole acknowledgement.
-func cutTornAck(path string) error {
-	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil || len(b) == 0 || b[len(b)-1] == '\n' {
-		return err
-	}
-	return os.Truncate(path, int64(bytes.LastIndexByte(b, '\n')+1))
-}
-
 func readAcks(path string) []uint64 {
 	b, _ := os.ReadFile(path)
 	var ids []uint64
@@ -148,7 +133,7 @@ func crashChild(dir, mode string) {
 		os.Exit(3)
 	}
 	ackPath := filepath.Join(dir, "acks")
-	if err := cutTornAck(ackPath); err != nil {
+	if err := crashtest.CutTornLine(ackPath); err != nil {
 		fmt.Printf("ACKS: %v\n", err)
 		os.Exit(3)
 	}
@@ -342,7 +327,7 @@ func runCrashRounds(t *testing.T, mode string, rounds int) {
 	}
 	defer s.db.Close()
 	defer s.c.Close()
-	if err := cutTornAck(filepath.Join(dir, "acks")); err != nil { // the last child's
+	if err := crashtest.CutTornLine(filepath.Join(dir, "acks")); err != nil { // the last child's
 		t.Fatal(err)
 	}
 	acked := readAcks(filepath.Join(dir, "acks"))

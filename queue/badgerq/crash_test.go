@@ -2,7 +2,6 @@ package badgerq
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
+	"github.com/flowrun/flowrun/internal/crashtest"
 	"github.com/flowrun/flowrun/queue"
 	"github.com/flowrun/flowrun/queue/queuetest"
 	"github.com/flowrun/flowrun/tx"
@@ -111,7 +111,7 @@ func TestMain(m *testing.M) {
 func crashChild(dir string) {
 	fail := func(err error) { log.Fatal(err) }
 	n := openCrashNode(fail, dir)
-	if err := cutTornAck(filepath.Join(dir, "acks")); err != nil {
+	if err := crashtest.CutTornLine(filepath.Join(dir, "acks")); err != nil {
 		fail(err)
 	}
 	acks, err := os.OpenFile(filepath.Join(dir, "acks"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
@@ -162,21 +162,6 @@ func crashChild(dir string) {
 	}
 }
 
-// cutTornAck drops a torn last line of the acks file: a child killed inside
-// its write (SIGKILL can stop a write between pages) leaves part of a line,
-// which the next child's first line would extend into an id nobody wrote.
-// A torn line was never a whole acknowledgement.
-func cutTornAck(path string) error {
-	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil || len(b) == 0 || b[len(b)-1] == '\n' {
-		return err
-	}
-	return os.Truncate(path, int64(bytes.LastIndexByte(b, '\n')+1))
-}
-
 // TestCrashRecovery kills a producing and consuming child with SIGKILL at
 // random moments, restarts it, and finally checks that every acknowledged
 // event was consumed exactly once and nothing was consumed twice.
@@ -225,7 +210,7 @@ func TestCrashRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cutTornAck(filepath.Join(dir, "acks")); err != nil { // the last child's
+	if err := crashtest.CutTornLine(filepath.Join(dir, "acks")); err != nil { // the last child's
 		t.Fatal(err)
 	}
 	f, err := os.Open(filepath.Join(dir, "acks"))

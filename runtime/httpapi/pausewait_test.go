@@ -6,10 +6,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/internal/testgate"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/httpapi"
 )
@@ -17,23 +17,10 @@ import (
 // api_hold holds each step until the test opens its gate (holdGate).
 type holdFlowlet struct{}
 
-var holdGate struct {
-	mu      sync.Mutex
-	release chan struct{}
-	entered chan struct{}
-}
+var holdGate testgate.Gate
 
 func (holdFlowlet) Process(ctx flowlet.Context, ev flowlet.Event) error {
-	holdGate.mu.Lock()
-	r, e := holdGate.release, holdGate.entered
-	holdGate.mu.Unlock()
-	if r != nil {
-		select {
-		case e <- struct{}{}:
-		default:
-		}
-		<-r
-	}
+	holdGate.Pass()
 	return ctx.Counters("n").Add([]byte("total"), 1)
 }
 
@@ -45,18 +32,7 @@ func init() {
 // answers 409 when a resume comes meanwhile, and a client that gives up
 // ends its handler (the test server's Close waits for every handler).
 func TestPauseWaitEnds(t *testing.T) {
-	release, entered := make(chan struct{}), make(chan struct{}, 1)
-	holdGate.mu.Lock()
-	holdGate.release, holdGate.entered = release, entered
-	holdGate.mu.Unlock()
-	var once sync.Once
-	open := func() { once.Do(func() { close(release) }) }
-	defer func() {
-		open()
-		holdGate.mu.Lock()
-		holdGate.release, holdGate.entered = nil, nil
-		holdGate.mu.Unlock()
-	}()
+	entered, open := holdGate.Hold(t) // opened before the app stops (below)
 
 	dir := t.TempDir()
 	path := filepath.Join(dir, "app.yaml")
