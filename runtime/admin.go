@@ -116,11 +116,9 @@ func (a *App) Ingest(ctx context.Context, flowletName, input string, events []In
 				return 0, err
 			}
 		}
-		a.backlogMu.RLock() // the commit and its count, as one (backlog.go)
-		err := txc.Finish()
-		if err != nil {
-			a.backlogMu.RUnlock()
-		}
+		// The commit and its count, as one (backlog.go); the consumers
+		// are woken by the queue.
+		err := a.commitCounted(txc.Finish, func() { a.produced(input, len(evs)) })
 		if errors.Is(err, tx.ErrConflict) {
 			continue
 		}
@@ -129,8 +127,6 @@ func (a *App) Ingest(ctx context.Context, flowletName, input string, events []In
 		}
 		break
 	}
-	a.produced(input, len(evs)) // the consumers are woken by the queue
-	a.backlogMu.RUnlock()
 	a.log.Info("ingested", "flowlet", flowletName, "queue", input, "events", len(evs))
 	return len(evs), nil
 }

@@ -81,6 +81,22 @@ func (a *App) syncBacklogs() error {
 	return nil
 }
 
+// commitCounted runs commit holding backlogMu shared and, if it succeeded,
+// count, the commit's backlog counts (see above). The lock is released
+// however they end: a panic in a commit (a participant, tx.Finish; Ingest
+// runs in an HTTP handler, whose panics net/http recovers) must not leave
+// it held, or the next syncBacklogs, and every commit after it, would wait
+// for good.
+func (a *App) commitCounted(commit func() error, count func()) error {
+	a.backlogMu.RLock()
+	defer a.backlogMu.RUnlock()
+	if err := commit(); err != nil {
+		return err
+	}
+	count()
+	return nil
+}
+
 // produced counts n events committed to queue.
 func (a *App) produced(queue string, n int) {
 	for _, c := range a.backlog[queue] {

@@ -587,12 +587,7 @@ func (in *instance) finish(sc *stepCtx) (retry bool, err error) {
 		}
 	}
 	if err == nil {
-		// Shared with other commits, exclusive of syncBacklogs until the
-		// counts below include the commit (backlog.go).
-		in.a.backlogMu.RLock()
-		if err = in.commit(); err != nil {
-			in.a.backlogMu.RUnlock()
-		}
+		err = in.commitCounted()
 	}
 	if err != nil {
 		in.resetRoutes()
@@ -604,6 +599,29 @@ func (in *instance) finish(sc *stepCtx) (retry bool, err error) {
 			return true, nil
 		}
 		return false, err
+	}
+	if in.dlq.n > 0 {
+		in.st.dead.Add(uint64(in.dlq.n))
+		in.dlq.n = 0
+	}
+	in.st.steps.Add(1)
+	if in.obs != nil {
+		in.obs.Committed()
+	}
+	return false, in.bound()
+}
+
+// commitCounted commits the step and counts what it enqueued and consumed
+// in the backlogs, holding backlogMu shared: with other commits, exclusive
+// of syncBacklogs until the counts include the commit (backlog.go). The
+// lock is released however the commit ends: a panic in it (a participant,
+// tx.Finish) must not leave it held, or the next syncBacklogs, and every
+// commit after it, would wait for good.
+func (in *instance) commitCounted() error {
+	in.a.backlogMu.RLock()
+	defer in.a.backlogMu.RUnlock()
+	if err := in.commit(); err != nil {
+		return err
 	}
 	if h := in.a.afterCommit; h != nil {
 		h(in)
@@ -621,16 +639,7 @@ func (in *instance) finish(sc *stepCtx) (retry bool, err error) {
 			inp.taken = 0
 		}
 	}
-	in.a.backlogMu.RUnlock()
-	if in.dlq.n > 0 {
-		in.st.dead.Add(uint64(in.dlq.n))
-		in.dlq.n = 0
-	}
-	in.st.steps.Add(1)
-	if in.obs != nil {
-		in.obs.Committed()
-	}
-	return false, in.bound()
+	return nil
 }
 
 func (in *instance) resetRoutes() {
