@@ -26,6 +26,9 @@ var (
 	ErrLogFailed = errors.New("tx: edit log failed")
 	// ErrCorrupt: recovery found a snapshot or log it cannot read.
 	ErrCorrupt = errors.New("tx: corrupt state")
+	// ErrMisuse: a Context was used out of order or with a nil participant
+	// (Start while its transaction is open). Nothing was started or changed.
+	ErrMisuse = errors.New("tx: context misuse")
 )
 
 // ConflictError says which transaction conflicted. It matches ErrConflict.

@@ -48,7 +48,12 @@ type Stager interface {
 
 // Context runs one transaction over a set of participants in the right order,
 // like Tephra's TransactionContext. A Context is reusable: Start again after
-// Finish or Abort. It is not safe for concurrent use.
+// Finish or Abort (Start while a transaction is open is refused with
+// ErrMisuse). It is not safe for concurrent use.
+//
+// A participant that panics does not leave the transaction open: the Context
+// rolls every participant back and aborts it (invalidates it if a rollback
+// failed or panicked too), then panics again with the first value.
 type Context struct {
 	c      *Coordinator
 	parts  []Participant
@@ -70,6 +75,9 @@ func (x *Context) Tx() *Tx { return x.tx }
 
 // Start begins a short transaction and hands it to every participant.
 func (x *Context) Start(timeout time.Duration) (*Tx, error) {
+	if err := x.canStart(); err != nil {
+		return nil, err
+	}
 	tx, err := x.c.StartShort(timeout)
 	if err != nil {
 		return nil, err
@@ -79,6 +87,9 @@ func (x *Context) Start(timeout time.Duration) (*Tx, error) {
 
 // StartLong begins a long transaction.
 func (x *Context) StartLong() (*Tx, error) {
+	if err := x.canStart(); err != nil {
+		return nil, err
+	}
 	tx, err := x.c.StartLong()
 	if err != nil {
 		return nil, err
@@ -86,8 +97,24 @@ func (x *Context) StartLong() (*Tx, error) {
 	return x.begin(tx)
 }
 
+// canStart refuses a start that would abandon the open transaction (it
+// would stay in progress, holding its keys, until it timed out: a day for a
+// long one) or hand a transaction to a nil participant.
+func (x *Context) canStart() error {
+	if x.tx != nil {
+		return fmt.Errorf("%w: Start while tx %d is open (Finish or Abort it first)", ErrMisuse, x.tx.ID)
+	}
+	for i, p := range x.parts {
+		if p == nil {
+			return fmt.Errorf("%w: participant %d is nil", ErrMisuse, i)
+		}
+	}
+	return nil
+}
+
 func (x *Context) begin(tx *Tx) (*Tx, error) {
 	x.tx = tx
+	defer x.abortOnPanic()
 	for _, p := range x.parts {
 		if err := p.StartTx(tx); err != nil {
 			return nil, x.Abort(fmt.Errorf("tx: participant start: %w", err))
@@ -107,6 +134,7 @@ func (x *Context) Checkpoint() error {
 		return err
 	}
 	x.tx = next
+	defer x.abortOnPanic()
 	for _, p := range x.parts {
 		if err := p.UpdateTx(next); err != nil {
 			return x.Abort(fmt.Errorf("tx: participant checkpoint: %w", err))
@@ -139,6 +167,7 @@ func (x *Context) finish(deferred bool) (Pending, error) {
 	if tx == nil {
 		return Pending{}, notInProgress(0, "has not started")
 	}
+	defer x.abortOnPanic()
 	x.keys = x.keys[:0]
 	for _, p := range x.parts {
 		x.keys = append(x.keys, p.ChangeKeys()...)
@@ -204,16 +233,35 @@ func (x *Context) fastPath() bool {
 
 // Abort rolls back every participant, then aborts the transaction, or
 // invalidates it when a rollback failed. It returns cause joined with any
-// rollback error; with a nil cause, only those.
+// rollback error; with a nil cause, only those. A rollback that panics
+// counts as failed; Abort panics again with its value once the transaction
+// has ended.
 func (x *Context) Abort(cause error) error {
+	rec, err := x.abort(cause)
+	if rec != nil {
+		panic(rec.v)
+	}
+	return err
+}
+
+// recovered is a participant's panic, to raise again once the transaction ended.
+type recovered struct{ v any }
+
+func (x *Context) abort(cause error) (*recovered, error) {
 	tx := x.tx
 	if tx == nil {
-		return cause
+		return nil, cause
 	}
 	x.tx = nil
 	var rollbackErrs []error
+	var rec *recovered
 	for _, p := range x.parts {
-		if err := p.Rollback(); err != nil {
+		if r, err := rollback(p); r != nil {
+			if rec == nil {
+				rec = r
+			}
+			rollbackErrs = append(rollbackErrs, fmt.Errorf("tx: rollback panicked: %v", r.v))
+		} else if err != nil {
 			rollbackErrs = append(rollbackErrs, fmt.Errorf("tx: rollback: %w", err))
 		}
 	}
@@ -226,5 +274,26 @@ func (x *Context) Abort(cause error) error {
 	if errors.Is(endErr, ErrNotInProgress) {
 		endErr = nil // already timed out or invalidated: nothing left to end
 	}
-	return errors.Join(append([]error{cause, endErr}, rollbackErrs...)...)
+	return rec, errors.Join(append([]error{cause, endErr}, rollbackErrs...)...)
+}
+
+// rollback calls p.Rollback, catching a panic.
+func rollback(p Participant) (rec *recovered, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			rec = &recovered{r}
+		}
+	}()
+	return nil, p.Rollback()
+}
+
+// abortOnPanic, deferred while participants run, ends the open transaction
+// when one of them panics (Abort), then panics again with the same value.
+func (x *Context) abortOnPanic() {
+	r := recover()
+	if r == nil {
+		return
+	}
+	x.abort(fmt.Errorf("tx: participant panicked: %v", r))
+	panic(r)
 }
