@@ -521,6 +521,7 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 		c.mu.Unlock()
 		return err
 	}
+	was := st.reservation()
 	if err := c.reserveKeysLocked(st, keys); err != nil {
 		st.refused = true
 		c.mu.Unlock()
@@ -530,7 +531,11 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 	committing := Edit{Kind: EditCommitting, TxID: st.id, Keys: keys}
 	if c.inline {
 		defer c.mu.Unlock()
-		return c.appendForLocked(st, committing, true)
+		err := c.appendForLocked(st, committing, true)
+		if errors.Is(err, ErrTooLarge) {
+			c.unreserveLocked(st, was)
+		}
+		return err
 	}
 	edits, starts := editsFor(nil, st, committing)
 	st.logged = true // set now: an Abort racing the write must log its ABORTED
@@ -539,12 +544,48 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 	// Participants persist after this returns, so it must be durable: an
 	// unfinished transaction that may have persisted is invalidated on recovery.
 	_, err = c.appendLogged(edits, nil, false, sibling)
-	if starts && errors.Is(err, ErrTooLarge) { // refused whole: no START either
+	if errors.Is(err, ErrTooLarge) { // refused whole: no START either
 		c.mu.Lock()
-		st.logged = false
+		if starts {
+			st.logged = false
+		}
+		c.unreserveLocked(st, was)
 		c.mu.Unlock()
 	}
 	return err
+}
+
+// reservation is what CanCommit (or a one-step commit) changes of st before
+// its log write, for unreserveLocked.
+type reservation struct {
+	keys                []uint64
+	committing, refused bool
+}
+
+func (st *txState) reservation() reservation {
+	return reservation{keys: st.keys, committing: st.committing, refused: st.refused}
+}
+
+// unreserveLocked undoes reserveKeysLocked after the log refused the write
+// as too large (nothing was written): a refused call changes nothing, so the
+// new keys are let go and the ones held before are held again. A key held
+// before that another transaction took meanwhile (the log write ran without
+// mu) cannot be: then st's next Commit is refused as after a conflict, until
+// a CanCommit of it passes.
+func (c *Coordinator) unreserveLocked(st *txState, was reservation) {
+	if c.inProgress[st.id] != st {
+		return // ended meanwhile (an abort, a timeout): its keys were released
+	}
+	c.conflicts.release(st.id, st.keys)
+	st.keys, st.committing, st.refused = nil, was.committing, was.refused
+	if len(was.keys) == 0 {
+		return
+	}
+	if _, ok := c.conflicts.checkAndHold(st.id, st.startSeq, was.keys); ok {
+		st.keys = was.keys
+	} else {
+		st.refused = true
+	}
 }
 
 // appendLogged writes edits (and writes) without holding c.mu, so that
@@ -684,6 +725,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 		c.mu.Unlock()
 		return Pending{}, err
 	}
+	was := st.reservation()
 	if staged {
 		if err := c.reserveKeysLocked(st, keys); err != nil {
 			st.refused = true
@@ -703,6 +745,8 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 			st.keys = nil
 			c.finishLocked(st)
 			c.stats.committed++
+		} else if staged && errors.Is(err, ErrTooLarge) {
+			c.unreserveLocked(st, was)
 		}
 		c.mu.Unlock()
 		if err == nil {
@@ -726,6 +770,9 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 		c.stats.committed++
 	} else if errors.Is(err, ErrTooLarge) {
 		st.finalizing = false // nothing landed: the caller aborts
+		if staged {
+			c.unreserveLocked(st, was)
+		}
 	}
 	c.mu.Unlock()
 	c.gate.RUnlock()
