@@ -74,6 +74,9 @@ func (c *Coordinator) restore(s *State, edits []Edit) {
 	}
 	slices.Sort(c.ordered)
 	c.dirty = true
+	// Started counts them: they end here (committed, aborted, invalidated),
+	// and the counters must add up (Stats).
+	c.stats.started = uint64(len(c.inProgress))
 }
 
 func (c *Coordinator) replay(e Edit) {

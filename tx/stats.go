@@ -6,7 +6,9 @@ import (
 	"time"
 )
 
-// Stats is a point-in-time view of the coordinator, for metrics.
+// Stats is a point-in-time view of the coordinator, for metrics. Counters
+// start at Open; Started counts the transactions recovered in progress at
+// Open too, so that Started = Committed + Aborted + Invalidated + InProgress.
 type Stats struct {
 	Started, Committed, Aborted, Conflicts, Invalidated, TimedOut uint64
 	// Deferred counts commits made visible before their log sync
