@@ -259,7 +259,11 @@ func (l *BadgerLog) Durable(ticket uint64) error {
 	}
 	l.smu.Lock()
 	defer l.smu.Unlock()
-	for l.synced < ticket && l.syncErr == nil {
+	// A ticket a sync covered is durable, whatever later syncs did.
+	for l.synced < ticket {
+		if l.syncErr != nil {
+			return l.syncErr
+		}
 		if l.syncing {
 			l.scond.Wait()
 			continue
@@ -291,7 +295,7 @@ func (l *BadgerLog) Durable(ticket uint64) error {
 		}
 		l.scond.Broadcast()
 	}
-	return l.syncErr
+	return nil
 }
 
 // watchSiblings implements siblingWatcher: a syncing log gathers.
