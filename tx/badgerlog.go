@@ -209,19 +209,25 @@ func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 			err = txn.Set(w.Key, w.Value)
 		}
 	}
+	// Badger refused a write before the commit (too big, an empty or
+	// reserved key, a key or value over its limits): nothing was written.
+	refused := err != nil
 	if err == nil {
 		err = txn.Commit()
 	}
 	if err != nil {
 		l.siblingFailed(b)
 	}
-	if errors.Is(err, badger.ErrTxnTooBig) {
-		// Nothing was written. This batch's own edits go (its caller aborts);
-		// the other transactions' edits ride with the next waited write.
+	if tooBig := errors.Is(err, badger.ErrTxnTooBig); tooBig || refused {
+		// This batch's own edits go (its caller aborts); the other
+		// transactions' edits ride with the next waited write.
 		l.mu.Lock()
 		l.pending = append(value[:others:others], l.pending...)
 		l.mu.Unlock()
-		return 0, fmt.Errorf("%w: the staged writes do not fit in one atomic Badger write: %v", ErrTooLarge, err)
+		if tooBig {
+			return 0, fmt.Errorf("%w: the staged writes do not fit in one atomic Badger write: %v", ErrTooLarge, err)
+		}
+		return 0, fmt.Errorf("%w: %v", ErrBadWrite, err)
 	}
 	if err != nil || !l.sync {
 		return 0, err

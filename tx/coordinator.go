@@ -320,7 +320,7 @@ func (c *Coordinator) appendForLocked(st *txState, e Edit, wait bool) error {
 	var starts bool
 	c.batch.Edits, starts = editsFor(c.batch.Edits[:0], st, e)
 	err := c.appendBatchLocked(wait)
-	if starts && !errors.Is(err, ErrTooLarge) { // refused whole: no START either
+	if starts && !refusedWhole(err) { // refused whole: no START either
 		st.logged = true
 	}
 	return err
@@ -331,7 +331,7 @@ func (c *Coordinator) appendBatchLocked(wait bool) error {
 	err := c.log.Append(&c.batch)
 	clear(c.batch.Edits) // drop references to keys
 	if err != nil {
-		if errors.Is(err, ErrTooLarge) {
+		if refusedWhole(err) {
 			return err // refused whole: nothing was written
 		}
 		return c.failLocked(err)
@@ -532,7 +532,7 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 	if c.inline {
 		defer c.mu.Unlock()
 		err := c.appendForLocked(st, committing, true)
-		if errors.Is(err, ErrTooLarge) {
+		if refusedWhole(err) {
 			c.unreserveLocked(st, was)
 		}
 		return err
@@ -544,7 +544,7 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 	// Participants persist after this returns, so it must be durable: an
 	// unfinished transaction that may have persisted is invalidated on recovery.
 	_, err = c.appendLogged(edits, nil, false, sibling)
-	if errors.Is(err, ErrTooLarge) { // refused whole: no START either
+	if refusedWhole(err) { // refused whole: no START either
 		c.mu.Lock()
 		if starts {
 			st.logged = false
@@ -591,7 +591,7 @@ func (c *Coordinator) unreserveLocked(st *txState, was reservation) {
 // appendLogged writes edits (and writes) without holding c.mu, so that
 // concurrent callers share one sync. Deferred, with a
 // DeferredLog, it returns before the sync with a Pending to wait on;
-// otherwise once durable. On an error other than ErrTooLarge (refused whole,
+// otherwise once durable. On an error other than a refusal (refusedWhole:
 // nothing written) the outcome is unknown and the coordinator stops.
 func (c *Coordinator) appendLogged(edits []Edit, writes []Write, deferred, sibling bool) (Pending, error) {
 	if c.log == nil {
@@ -605,7 +605,7 @@ func (c *Coordinator) appendLogged(edits []Edit, writes []Write, deferred, sibli
 	} else {
 		err = c.log.Append(b)
 	}
-	if errors.Is(err, ErrTooLarge) {
+	if refusedWhole(err) {
 		return Pending{}, err
 	}
 	if err != nil {
@@ -745,7 +745,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 			st.keys = nil
 			c.finishLocked(st)
 			c.stats.committed++
-		} else if staged && errors.Is(err, ErrTooLarge) {
+		} else if staged && refusedWhole(err) {
 			c.unreserveLocked(st, was)
 		}
 		c.mu.Unlock()
@@ -768,7 +768,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 		st.keys = nil // committed: nothing to release
 		c.finishLocked(st)
 		c.stats.committed++
-	} else if errors.Is(err, ErrTooLarge) {
+	} else if refusedWhole(err) {
 		st.finalizing = false // nothing landed: the caller aborts
 		if staged {
 			c.unreserveLocked(st, was)

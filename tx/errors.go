@@ -17,6 +17,10 @@ var (
 	// ErrTooLarge: the change set exceeds the configured limits, or the staged
 	// writes do not fit in one atomic write.
 	ErrTooLarge = errors.New("tx: change set too large")
+	// ErrBadWrite: the store refused a staged write (an empty or reserved
+	// key, a key or value over its limits). Nothing was written; abort.
+	// Retrying the same writes fails the same way.
+	ErrBadWrite = errors.New("tx: staged write refused")
 	// ErrInvalidTimeout: a timeout that is not positive or exceeds the maximum.
 	ErrInvalidTimeout = errors.New("tx: invalid timeout")
 	// ErrClosed: the coordinator was closed.
@@ -49,4 +53,11 @@ func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
 func notInProgress(id uint64, why string) error {
 	return fmt.Errorf("%w: tx %d %s", ErrNotInProgress, id, why)
+}
+
+// refusedWhole reports whether a log refused a batch before writing any of
+// it (ErrTooLarge, ErrBadWrite): the log stays usable and the caller aborts,
+// where any other append error leaves the outcome unknown.
+func refusedWhole(err error) bool {
+	return errors.Is(err, ErrTooLarge) || errors.Is(err, ErrBadWrite)
 }
