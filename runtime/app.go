@@ -367,6 +367,14 @@ func (a *App) build() error {
 			if err != nil {
 				return err
 			}
+			if in.pub != nil {
+				// Busy until Run started it and it parked or stepped: its
+				// start runs a Publish step, paused or not, so a flowlet
+				// paused before Run is not parked (WaitPaused, Status)
+				// until that step is done. Other flowlets run no step
+				// before they look at the pause (waitUnpaused).
+				in.activate()
+			}
 			a.instances = append(a.instances, in)
 			frt.insts = append(frt.insts, in)
 			if frt.source {

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -110,5 +111,51 @@ connections:
 	ts.Close() // waits for the handler; the step is still held
 	if f := flowletOf(a.Status(), "blk"); !f.Paused || f.Parked {
 		t.Errorf("blk: %+v, want paused with its step in flight", f)
+	}
+}
+
+// TestPauseBeforeRun: a pause answered before the app runs says parked only
+// for a flowlet that runs no step before it sees the pause; a file sink
+// publishes when the app starts, paused or not, so it is not parked yet
+// (it was answered parked at once).
+func TestPauseBeforeRun(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.yaml")
+	if err := os.WriteFile(path, []byte(`
+app: pbr
+flowlets:
+  gen: {type: generator, config: {count: 3}}
+  cnt: {type: api_count}
+  sink: {type: file_sink, config: {path: `+filepath.Join(dir, "out.txt")+`}}
+connections:
+  - {from: gen, to: cnt}
+  - {from: gen, to: sink}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := runtime.ParseFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := runtime.Open(plan, runtime.Options{DataDir: filepath.Join(dir, "data"), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	s, err := httpapi.New(a, httpapi.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	for fl, want := range map[string]bool{"cnt": true, "sink": false} {
+		code, body := do(t, "POST", ts.URL+"/api/v1/flowlets/"+fl+"/pause?wait=1ms", "", "")
+		var resp httpapi.PauseResponse
+		if err := json.Unmarshal(body, &resp); code != 200 || err != nil || resp.Parked == nil {
+			t.Fatalf("pause %s: %d %s", fl, code, body)
+		}
+		if *resp.Parked != want {
+			t.Errorf("pause %s before the app runs: parked %v, want %v", fl, *resp.Parked, want)
+		}
 	}
 }
