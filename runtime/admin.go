@@ -63,9 +63,16 @@ func (a *App) Ingest(ctx context.Context, flowletName, input string, events []In
 			if len(e.Keys) > 0 {
 				return 0, fmt.Errorf("%w: source %q takes payloads only, no keys", ErrBadRequest, flowletName)
 			}
+			if len(e.Payload) > MaxPayload {
+				return 0, fmt.Errorf("%w: event %d: %d bytes (max %d)", ErrBadRequest, i, len(e.Payload), MaxPayload)
+			}
 			raw[i] = e.Payload
 		}
 		if err := ing.Ingest(ctx, raw); err != nil {
+			if ctx.Err() == nil && !a.running.Load() {
+				// The source closed: the app stopped meanwhile.
+				return 0, fmt.Errorf("%w: %w", ErrNotRunning, err)
+			}
 			return 0, err
 		}
 		return len(events), nil

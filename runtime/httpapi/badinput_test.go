@@ -1,0 +1,83 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/flowrun/flowrun/runtime/httpapi"
+)
+
+// TestBadInputs: malformed, oversized or nonsensical requests are answered
+// with a 4xx and a JSON error, never a 500 (nor a panic).
+func TestBadInputs(t *testing.T) {
+	_, ts := startApp(t, httpapi.Config{})
+	u := ts.URL
+	big := strings.Repeat("x", 2<<20) // one line over MaxPayload
+	for _, c := range []struct {
+		method, path, body string
+		code               int
+	}{
+		{"POST", "/api/v1/flowlets/cnt/scale", `{"instances": -1}`, 400},
+		{"POST", "/api/v1/flowlets/cnt/scale", `{"instances": 0}`, 400},
+		{"POST", "/api/v1/flowlets/cnt/scale", `{"instances": 1000000}`, 400},
+		{"POST", "/api/v1/flowlets/cnt/scale?instances=-3", ``, 400},
+		{"POST", "/api/v1/flowlets/cnt/scale?instances=x", ``, 400},
+		{"POST", "/api/v1/flowlets/cnt/scale", `{"instances": "two"}`, 400},
+		{"POST", "/api/v1/flowlets/cnt/scale", `{"instances": 1e99}`, 400},
+		{"POST", "/api/v1/flowlets/cnt/scale", `{`, 400},
+		{"POST", "/api/v1/flowlets/cnt/scale", ``, 400},
+		{"POST", "/api/v1/flowlets/nope/scale", `{"instances": 2}`, 404},
+		{"POST", "/api/v1/flowlets/gen/scale", `{"instances": 2}`, 409},
+		{"POST", "/api/v1/flowlets/nope/pause", ``, 404},
+		{"POST", "/api/v1/flowlets/nope/resume", ``, 404},
+		{"POST", "/api/v1/flowlets/cnt/pause?wait=-1s", ``, 400},
+		{"POST", "/api/v1/flowlets/cnt/pause?wait=x", ``, 400},
+		{"POST", "/api/v1/flowlets/cnt/resume?wait=1s", ``, 400},
+		{"GET", "/api/v1/state/nope", ``, 404},
+		{"GET", "/api/v1/state/nope/t", ``, 404},
+		{"GET", "/api/v1/state/cnt/n?kind=bogus", ``, 400},
+		{"GET", "/api/v1/state/cnt/n?limit=-1", ``, 400},
+		{"GET", "/api/v1/state/cnt/n?key_base64=!!!", ``, 400},
+		{"GET", "/api/v1/state/cnt/nosuchtable", ``, 404},
+		{"GET", "/api/v1/queues/nope/tail", ``, 404},
+		{"GET", "/api/v1/queues/gen.out/tail?n=-1", ``, 400},
+		{"GET", "/api/v1/queues/gen.out/tail?partition=x", ``, 400},
+		{"GET", "/api/v1/queues/gen.out/tail?partition=-1", ``, 400},
+		{"GET", "/api/v1/queues/gen.out/tail?partition=99999", ``, 400},
+		{"GET", "/api/v1/queues/gen.out/tail?from=zz", ``, 400},
+		{"GET", "/api/v1/queues/gen.out/tail?since=yesterday", ``, 400},
+		{"GET", "/api/v1/dlq?limit=-1", ``, 400},
+		{"GET", "/api/v1/dlq/nope", ``, 404},
+		{"POST", "/api/v1/dlq/nope/replay", ``, 404},
+		{"POST", "/api/v1/dlq/gen/replay", ``, 400},
+		{"POST", "/api/v1/ingest/nope", "a\n", 404},
+		{"POST", "/api/v1/ingest/gen", "a\n", 400},
+		{"POST", "/api/v1/ingest/cnt", `{"events": [{"payload": "a"}]}`, 400},             // gen.out is keyed by k: an event without it
+		{"POST", "/api/v1/ingest/cnt?input=nope", "a\n", 400},                             // two inputs: name one
+		{"POST", "/api/v1/ingest/cnt?input=web.out", big + "\n", 400},                     // over MaxPayload
+		{"POST", "/api/v1/ingest/web", big, 400},                                          // the same through the http source
+		{"POST", "/api/v1/ingest/cnt?input=web.out", strings.Repeat("y", 17<<20), 413},    // over the body bound
+		{"POST", "/api/v1/ingest/cnt?input=web.out", `{"events": [{"payload": 1}]}`, 400}, // with the JSON content type (below)
+		{"POST", "/api/v1/ingest/cnt?input=web.out", `{"events": [{"payload": "a", "payload_base64": "YQ=="}]}`, 400},
+		{"POST", "/api/v1/ingest/cnt?input=web.out", `{"events": [{"payload_base64": "!!"}]}`, 400},
+		{"POST", "/api/v1/ingest/cnt?input=web.out", `{"events": [], "x": 1}`, 400},
+		{"POST", "/api/v1/ingest/cnt?input=web.out", `{"events": [{}]}`, 400},
+	} {
+		code, body := do(t, c.method, u+c.path, "", c.body)
+		if code != c.code {
+			b := string(body)
+			if len(b) > 300 {
+				b = b[:300]
+			}
+			t.Errorf("%s %s (%d bytes): %d %s, want %d", c.method, c.path, len(c.body), code, b, c.code)
+			continue
+		}
+		var e struct {
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal(body, &e); err != nil || e.Error == "" {
+			t.Errorf("%s %s: body %q is not a JSON error", c.method, c.path, body)
+		}
+	}
+}
