@@ -57,6 +57,8 @@ type BadgerLog struct {
 	synced  uint64 // of those, how many a finished sync covers
 	syncing bool
 	syncErr error
+	// syncFailed: syncErr is set (read without smu by appends).
+	syncFailed atomic.Bool
 
 	// Gathering (see gatherLocked), under smu but for the atomics.
 	noGather  bool
@@ -182,6 +184,14 @@ func (l *BadgerLog) Append(b *Batch) error {
 // is 0 when there is nothing to wait for (no sync, or nothing written, or a
 // DB opened without SyncHooks: then it has synced already).
 func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
+	if b.Wait && l.sync {
+		// Durability is lost for good: nothing written from now on can be
+		// made durable, and a deferred commit would turn visible first.
+		if err := l.syncFailure(); err != nil {
+			l.siblingFailed(b)
+			return 0, err
+		}
+	}
 	l.mu.Lock()
 	others := len(l.pending) // unwaited edits of other transactions
 	for i := range b.Edits {
@@ -296,10 +306,27 @@ func (l *BadgerLog) Durable(ticket uint64) error {
 		l.syncAvg = (7*l.syncAvg + took) / 8
 		if err != nil {
 			l.syncErr = fmt.Errorf("tx: badger log sync: %w", err)
+			l.syncFailed.Store(true)
 		} else {
 			l.synced = target
 		}
 		l.scond.Broadcast()
+	}
+	return nil
+}
+
+// syncFailure is the error of a failed sync (the log's, or the SyncHooks'
+// at a rotation, which the next sync would report), nil if none failed.
+func (l *BadgerLog) syncFailure() error {
+	if l.syncFailed.Load() {
+		l.smu.Lock()
+		defer l.smu.Unlock()
+		return l.syncErr
+	}
+	if l.hooks != nil {
+		if err := l.hooks.failure(); err != nil {
+			return fmt.Errorf("tx: badger log sync: %w", err)
+		}
 	}
 	return nil
 }

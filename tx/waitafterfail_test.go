@@ -50,3 +50,26 @@ func TestWaitOnDurableCommitAfterSyncFailure(t *testing.T) {
 		t.Fatalf("Wait of a commit synced before the failure = %v, want nil", err)
 	}
 }
+
+// A deferred commit after the log's durability failed (here the sync at a
+// memtable rotation, which only a later sync used to report) is refused and
+// stops the coordinator: it used to be written and made visible, with its
+// Wait failing later, so steps read (and HTTP reads showed) commits that no
+// sync could make durable, until some commit waited for a sync.
+func TestDeferredCommitAfterSyncFailureRefused(t *testing.T) {
+	h := newSyncHeld(t)
+	l, c, tb, ctx := h.l, h.c, h.tb, h.ctx
+	failed := error(errors.New("fdatasync at rotation: input/output error"))
+	l.hooks.err.Store(&failed)
+	tx := h.start(t)
+	tb.Put("a", 1)
+	if _, err := ctx.FinishDeferred(); !errors.Is(err, ErrLogFailed) {
+		t.Fatalf("FinishDeferred after a failed sync = %v, want ErrLogFailed", err)
+	}
+	if _, err := c.StartShort(1e9); !errors.Is(err, ErrLogFailed) {
+		t.Fatalf("start after the refused commit = %v, want ErrLogFailed", err)
+	}
+	if c.ReadPointer() >= tx.WritePointer {
+		t.Fatal("the refused deferred commit became visible")
+	}
+}
