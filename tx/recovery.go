@@ -66,9 +66,15 @@ func (c *Coordinator) restore(s *State, edits []Edit) {
 		if st.committing {
 			keys := st.keys
 			st.keys = nil
-			// Recovered committing transactions hold their keys again.
+			// Recovered committing transactions hold their keys again. Two
+			// may name the same key (the first's ABORTED or INVALID is a
+			// hint, which a BadgerLog can land after the second's
+			// COMMITTING or lose): the one that cannot hold it is refused
+			// at Commit, as after a conflict, until a CanCommit passes.
 			if _, ok := c.conflicts.checkAndHold(st.id, 0, keys); ok {
 				st.keys = keys
+			} else {
+				st.refused = true
 			}
 		}
 	}
