@@ -327,17 +327,25 @@ func TestProducerNewTxReleasesReservation(t *testing.T) {
 	must := mustT(t)
 	must(e.Queues.CreateQueue("q", queue.Config{Partitions: 1, MaxEvents: 2}))
 	p, _ := e.Queues.Producer("q")
-	ctx := e.Coord.NewContext(p)
+	// A Context refuses Start while its transaction is open (tx.ErrMisuse):
+	// each transaction gets a Context of its own, and the producer is
+	// handed the next one while the previous is still open.
+	var ctxs []*tx.Context
 	for range 3 {
+		ctx := e.Coord.NewContext(p)
 		_, err := ctx.Start(time.Minute)
 		must(err)
+		ctxs = append(ctxs, ctx)
 		for range 2 {
 			must(p.Enqueue(context.Background(), queue.Event{Payload: []byte("x")}))
 		}
 	}
-	must(ctx.Finish())
+	must(ctxs[2].Finish())
 	if info, _ := e.Queues.Info("q"); info.Events != 2 {
 		t.Fatalf("depth %d, want 2", info.Events)
+	}
+	for _, ctx := range ctxs[:2] {
+		_ = ctx.Abort(nil)
 	}
 }
 
