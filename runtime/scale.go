@@ -61,7 +61,12 @@ func (a *App) Scale(ctx context.Context, flowletName string, n int) (int, error)
 		return 0, fmt.Errorf("%w: instances must be in [1, %d] (the partitions of its input queues), not %d", ErrBadRequest, m, n)
 	}
 	a.scaleMu.Lock()
-	defer a.scaleMu.Unlock()
+	unlock := true // false: a scale-down finishing in the background holds it
+	defer func() {
+		if unlock {
+			a.scaleMu.Unlock()
+		}
+	}()
 	if !a.running.Load() {
 		return 0, ErrNotRunning
 	}
@@ -87,29 +92,49 @@ func (a *App) Scale(ctx context.Context, flowletName string, n int) (int, error)
 		for _, in := range gone {
 			close(in.stop)
 		}
+		finish := func() error {
+			a.instMu.Lock()
+			frt.insts = frt.insts[:n]
+			a.removeLocked(gone)
+			a.instMu.Unlock()
+			for _, in := range gone {
+				if err := in.close(); err != nil {
+					log.Warn("closing a removed instance", "instance", in.idx, "err", err)
+				}
+			}
+			frt.n.Store(int32(n))
+			if err := rescale(n); err != nil {
+				log.Error("scale down: rescale failed; partitions of removed instances are not read until the next run", "err", err)
+				return err
+			}
+			log.Info("scaled", "from", old, "to", n)
+			return nil
+		}
 		for _, in := range gone {
 			select {
 			case <-in.done:
 			case <-ctx.Done():
-				// The drivers still stop; the rest of the scale-down is
-				// skipped (groups keep the old count until a retry).
-				return old, fmt.Errorf("scale %s: waiting for in-flight steps: %w", flowletName, ctx.Err())
+				// The drivers stop once their steps in flight are done;
+				// the scale-down finishes then, in the background, holding
+				// scaleMu until it did: a Scale meanwhile waits for it
+				// rather than find stopped instances counted live (a
+				// retry closed their stop channels again, a scale back
+				// up found nothing to do).
+				unlock = false
+				go func() {
+					defer a.scaleMu.Unlock()
+					for _, in := range gone {
+						<-in.done
+					}
+					_ = finish()
+				}()
+				return old, fmt.Errorf("scale %s: waiting for in-flight steps: %w (the scale-down completes once they are done)", flowletName, ctx.Err())
 			}
 		}
-		a.instMu.Lock()
-		frt.insts = frt.insts[:n]
-		a.removeLocked(gone)
-		a.instMu.Unlock()
-		for _, in := range gone {
-			if err := in.close(); err != nil {
-				log.Warn("closing a removed instance", "instance", in.idx, "err", err)
-			}
-		}
-		frt.n.Store(int32(n))
-		if err := rescale(n); err != nil {
-			log.Error("scale down: rescale failed; partitions of removed instances are not read until the next run", "err", err)
+		if err := finish(); err != nil {
 			return old, err
 		}
+		return old, nil
 	} else {
 		if err := rescale(n); err != nil {
 			if rerr := rescale(old); rerr != nil {
