@@ -140,3 +140,29 @@ func TestContextParticipantPanics(t *testing.T) {
 		})
 	}
 }
+
+// A Checkpoint the coordinator refuses (the transaction timed out, the
+// coordinator closed) ends the transaction like a failed Finish: every
+// participant rolled back, the Context free for the next Start. It used to
+// return the error with the transaction still open in the Context and its
+// participants holding what they persisted under it.
+func TestContextCheckpointRefusedAborts(t *testing.T) {
+	clock := newFakeClock()
+	c := mustOpen(t, Options{Now: clock.Now, LongTimeout: time.Minute})
+	r := &recorder{}
+	ctx := c.NewContext(r)
+	tx := must[*Tx](t)(ctx.StartLong())
+	clock.Advance(2 * time.Minute)
+	if err := ctx.Checkpoint(); !errors.Is(err, ErrNotInProgress) {
+		t.Fatalf("Checkpoint of a timed-out transaction = %v, want ErrNotInProgress", err)
+	}
+	if ctx.Tx() != nil || !slices.Contains(r.calls, "rollback") {
+		t.Fatalf("after a refused checkpoint: ctx has %v, participant calls %v; want it rolled back and ended", ctx.Tx(), r.calls)
+	}
+	if !slices.Contains(c.InvalidList(), tx.ID) || len(c.InProgress()) != 0 {
+		t.Fatalf("invalid %v, in progress %v", c.InvalidList(), c.InProgress())
+	}
+	if _, err := ctx.Start(time.Minute); err != nil {
+		t.Fatalf("Start after the refused checkpoint: %v", err)
+	}
+}

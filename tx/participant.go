@@ -124,14 +124,15 @@ func (x *Context) begin(tx *Tx) (*Tx, error) {
 }
 
 // Checkpoint moves the transaction to a new write pointer and tells every
-// participant.
+// participant. On any failure, as with Finish, every participant is rolled
+// back and the transaction ended: no error leaves it open.
 func (x *Context) Checkpoint() error {
 	if x.tx == nil {
 		return notInProgress(0, "has not started")
 	}
 	next, err := x.c.Checkpoint(x.tx)
 	if err != nil {
-		return err
+		return x.Abort(err)
 	}
 	x.tx = next
 	defer x.abortOnPanic()
