@@ -25,7 +25,9 @@ func init() {
 }
 
 // HTTPSource serves an ingest endpoint (default 127.0.0.1:8080, path "/";
-// exactly that path: other paths answer 404).
+// exactly that path: other paths answer 404). It has no token: an address
+// without a host (":8080") is refused, every interface must be written out
+// (0.0.0.0:8080).
 // A POST body is split into events (split: lines, the default: one event per
 // non-empty line; split: body: the whole body is one event). The handler
 // answers 200 {"accepted": n} only after the step that emitted the body's
@@ -109,6 +111,14 @@ func (s *HTTPSource) configure(ic flowlet.InitContext) error {
 	}
 	if !strings.HasPrefix(s.path, "/") || strings.ContainsAny(s.path, "{} \t?#") || cleanPath(s.path) != s.path {
 		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "path", Msg: fmt.Sprintf("want a clean URL path such as /ingest (starting with /; no //, /./ or /../; no {, }, ?, # or spaces), got %q", s.path)}
+	}
+	// The runtime's rule for its own HTTP address (planner.CheckListenAddr):
+	// every interface only when written out, never by an empty host — the
+	// endpoint has no token to guard it.
+	if host, _, err := net.SplitHostPort(s.addr); err != nil {
+		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "addr", Msg: fmt.Sprintf("want host:port (127.0.0.1:8080), got %q", s.addr)}
+	} else if host == "" {
+		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "addr", Msg: fmt.Sprintf("%q has no host, which listens on every interface: write 127.0.0.1%s to stay on this machine, or 0.0.0.0%s (or [::]%s) to listen on every interface explicitly", s.addr, s.addr, s.addr, s.addr)}
 	}
 	if s.split != "lines" && s.split != "body" {
 		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "split", Msg: fmt.Sprintf("want lines or body, got %q", s.split)}
