@@ -45,7 +45,10 @@ func (a *App) maxScale(frt *flowletRT) int {
 // Sources cannot be scaled (their instances split the input by instance
 // count, e.g. the generator's numbers). The count lasts until the app stops:
 // the next run starts with the count of the app file (and rescales the
-// groups back). It returns the previous count.
+// groups back). It returns the previous count. If ctx ends while removed
+// instances finish their steps in flight, Scale returns ctx's error and the
+// scale-down completes once those steps are done (a Scale meanwhile waits
+// for it).
 func (a *App) Scale(ctx context.Context, flowletName string, n int) (int, error) {
 	frt := a.byName[flowletName]
 	if frt == nil {
