@@ -558,33 +558,31 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 // reservation is what CanCommit (or a one-step commit) changes of st before
 // its log write, for unreserveLocked.
 type reservation struct {
-	keys                []uint64
-	committing, refused bool
+	keys       []uint64
+	committing bool
 }
 
 func (st *txState) reservation() reservation {
-	return reservation{keys: st.keys, committing: st.committing, refused: st.refused}
+	return reservation{keys: st.keys, committing: st.committing}
 }
 
 // unreserveLocked undoes reserveKeysLocked after the log refused the write
-// as too large (nothing was written): a refused call changes nothing, so the
-// new keys are let go and the ones held before are held again. A key held
-// before that another transaction took meanwhile (the log write ran without
-// mu) cannot be: then st's next Commit is refused as after a conflict, until
-// a CanCommit of it passes.
+// (too large, a bad staged write: nothing was written): the new keys are let
+// go and the ones held before are held again (unless another transaction
+// took one meanwhile: the log write ran without mu). Like a conflict, it
+// leaves st's Commit refused until a CanCommit of it passes: a Commit now
+// would make visible writes whose COMMITTING record never landed.
 func (c *Coordinator) unreserveLocked(st *txState, was reservation) {
 	if c.inProgress[st.id] != st {
 		return // ended meanwhile (an abort, a timeout): its keys were released
 	}
 	c.conflicts.release(st.id, st.keys)
-	st.keys, st.committing, st.refused = nil, was.committing, was.refused
+	st.keys, st.committing, st.refused = nil, was.committing, true
 	if len(was.keys) == 0 {
 		return
 	}
 	if _, ok := c.conflicts.checkAndHold(st.id, st.startSeq, was.keys); ok {
 		st.keys = was.keys
-	} else {
-		st.refused = true
 	}
 }
 

@@ -32,6 +32,9 @@ func TestTooLargeCanCommitHoldsNothing(t *testing.T) {
 			if s := c.Stats(); s.ConflictKeys != before.ConflictKeys {
 				t.Errorf("a refused CanCommit holds keys: %d -> %d", before.ConflictKeys, s.ConflictKeys)
 			}
+			if err := c.Commit(big); !errors.Is(err, ErrConflict) {
+				t.Errorf("Commit after a refused CanCommit = %v, want it refused (ErrConflict) as after a conflict", err)
+			}
 			other := must[*Tx](t)(c.StartShort(time.Minute))
 			if err := c.CanCommit(other, keys[:1]); err != nil {
 				t.Fatalf("a key of a refused CanCommit stayed held: %v", err)
