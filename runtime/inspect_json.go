@@ -163,12 +163,34 @@ func (s *Store) Tail(queueName, keyName string, n, maxScan int) ([]EntryJSON, er
 	return s.TailSelect(queueName, keyName, n, maxScan, QueueSelect{})
 }
 
+// newestEntries sorts es by enqueue time (stable: ties in scan order) and
+// keeps the last n, dropping the others' payloads. A tail holds at most
+// 2n entries so, whatever the queue's size: an entry dropped had n
+// entries after it in that order already, and every later entry comes
+// after those.
+func newestEntries(es []QueueEntry, n int) []QueueEntry {
+	sort.SliceStable(es, func(i, j int) bool { return es[i].Enqueued.Before(es[j].Enqueued) })
+	k := copy(es, es[len(es)-n:])
+	clear(es[k:])
+	return es[:k]
+}
+
+// tailRetained, set by tests only, is told how many entries TailSelect
+// holds after each one it scanned.
+var tailRetained func(int)
+
 // TailSelect is Tail of the entries sel selects.
 func (s *Store) TailSelect(queueName, keyName string, n, maxScan int, sel QueueSelect) ([]EntryJSON, error) {
 	var es []QueueEntry
 	err := s.ScanSelect(queueName, keyName, maxScan, sel, func(e QueueEntry) bool {
 		e.Payload = append([]byte(nil), e.Payload...)
 		es = append(es, e)
+		if n > 0 && len(es) >= 2*n {
+			es = newestEntries(es, n)
+		}
+		if h := tailRetained; h != nil {
+			h(len(es))
+		}
 		return true
 	})
 	if err != nil {
