@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"os/signal"
@@ -69,6 +70,12 @@ non-loopback address needs a bearer token (--http-token or
 			if err != nil {
 				return err
 			}
+			sigs := make(chan os.Signal, 2) // registered now: the first signal too
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			ended := make(chan struct{})
+			defer close(ended)
+			go exitOnSecondSignal(sigs, ended, log)
 			plan, err := parsePlan(args[0])
 			if err != nil {
 				return err
@@ -355,5 +362,33 @@ func printSummary(w io.Writer, st runtime.Status, runErr error) {
 		if f.LastError != "" {
 			fmt.Fprintf(w, "%s: last error: %s\n", f.Name, f.LastError)
 		}
+	}
+}
+
+// exitOnSecondSignal exits the process at once on the second SIGINT or
+// SIGTERM it receives on sigs: the first asked for a clean stop, which waits
+// for the steps in flight, up to --step-timeout, and a step stuck in user
+// code or a hung plugin can hold it that long; an operator who presses
+// Ctrl-C again wants out now. Exiting mid-step loses nothing: a step commits
+// or aborts whole, and the store recovers at the next start as after kill -9.
+// The exit status is 128 + the signal's number, as a shell reports a kill.
+func exitOnSecondSignal(sigs <-chan os.Signal, ended <-chan struct{}, log *slog.Logger) {
+	for first := true; ; first = false {
+		var sig os.Signal
+		select {
+		case sig = <-sigs:
+		case <-ended:
+			return
+		}
+		if first {
+			log.Info("stopping: waiting for the steps in flight; a second signal exits at once", "signal", sig)
+			continue
+		}
+		log.Warn("second signal: exiting without waiting for the steps in flight (they abort; nothing is lost)", "signal", sig)
+		code := 128 + int(syscall.SIGTERM)
+		if s, ok := sig.(syscall.Signal); ok {
+			code = 128 + int(s)
+		}
+		os.Exit(code)
 	}
 }
