@@ -232,6 +232,10 @@ lasts until the app stops: the next run uses the app file's.`,
 			if res.Instances == 1 {
 				unit = "instance"
 			}
+			if res.Pending != "" {
+				fmt.Fprintf(g.stdout, "%s: %d → %d %s, pending: %s\n", res.Flowlet, res.Previous, res.Instances, unit, res.Pending)
+				return nil
+			}
 			fmt.Fprintf(g.stdout, "%s: %d → %d %s\n", res.Flowlet, res.Previous, res.Instances, unit)
 			return nil
 		},

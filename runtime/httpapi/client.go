@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,7 +147,7 @@ func (c *Client) Status(ctx context.Context) (runtime.Status, error) {
 // Scale is POST /api/v1/flowlets/{flowlet}/scale.
 func (c *Client) Scale(ctx context.Context, flowlet string, n int) (ScaleResponse, error) {
 	var r ScaleResponse
-	err := c.Do(ctx, http.MethodPost, "/api/v1/flowlets/"+flowlet+"/scale", ScaleRequest{Instances: n}, &r)
+	err := c.Do(ctx, http.MethodPost, "/api/v1/flowlets/"+url.PathEscape(flowlet)+"/scale", ScaleRequest{Instances: n}, &r)
 	return r, err
 }
 

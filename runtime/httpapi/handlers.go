@@ -49,6 +49,10 @@ type ScaleResponse struct {
 	Flowlet   string `json:"flowlet"`
 	Previous  int    `json:"previous"`
 	Instances int    `json:"instances"`
+	// Pending (HTTP 202) says the scale-down still waits for the removed
+	// instances' steps in flight (Config.ScaleWait ran out); it completes,
+	// to Instances, once they are done.
+	Pending string `json:"pending,omitempty"`
 }
 
 func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
@@ -65,9 +69,21 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, fmt.Errorf(`body: want {"instances": N}: %v`, err))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
+	wait := s.cfg.ScaleWait
+	if wait <= 0 {
+		wait = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	prev, err := s.a.Scale(ctx, fl, req.Instances)
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
+		// The removed instances' steps in flight outlasted the wait; the
+		// scale-down completes when they are done (App.Scale): accepted,
+		// not failed.
+		s.invalidate()
+		writeJSON(w, http.StatusAccepted, ScaleResponse{Flowlet: fl, Previous: prev, Instances: req.Instances, Pending: err.Error()})
+		return
+	}
 	if err != nil {
 		fail(w, err)
 		return

@@ -45,6 +45,10 @@ type Config struct {
 	// 500ms): App.Status reads every queue's keys, so concurrent pollers
 	// share one.
 	StatusMaxAge time.Duration
+	// ScaleWait bounds how long a scale-down's answer waits for the removed
+	// instances' steps in flight (default 2m); after it the answer is 202
+	// and the scale-down completes once they are done.
+	ScaleWait time.Duration
 }
 
 // Server serves one app.
