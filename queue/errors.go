@@ -36,6 +36,9 @@ var (
 	ErrNoTx = errors.New("queue: no transaction in progress")
 	// ErrClosed: the backend was closed.
 	ErrClosed = errors.New("queue: backend closed")
+	// ErrCorrupt: stored data (an entry, a cursor state, a queue's
+	// metadata) is not what the backend writes: it cannot be read.
+	ErrCorrupt = errors.New("queue: corrupt stored data")
 )
 
 // FullError details an ErrQueueFull.

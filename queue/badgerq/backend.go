@@ -305,15 +305,21 @@ func Open(db *badger.DB, opts Options) (*Backend, error) {
 func (b *Backend) DB() *badger.DB { return b.db }
 
 func (b *Backend) load() error {
+	ids := map[uint32]string{}
 	return b.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(metaPrefix), PrefetchValues: true})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
+			name := string(it.Item().Key()[len(metaPrefix):])
 			var m queueMeta
-			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &m) }); err != nil {
+			if err := it.Item().Value(func(v []byte) (err error) { m, err = decodeMeta(name, v); return err }); err != nil {
 				return fmt.Errorf("badgerq: queue meta %q: %w", it.Item().Key(), err)
 			}
-			q := newQueueRT(string(it.Item().Key()[len(metaPrefix):]), m)
+			if other := ids[m.ID]; other != "" {
+				return fmt.Errorf("badgerq: queues %q and %q have the same id %d: %w", other, name, m.ID, queue.ErrCorrupt)
+			}
+			ids[m.ID] = name
+			q := newQueueRT(name, m)
 			if err := q.loadStates(txn); err != nil {
 				return err
 			}
@@ -324,6 +330,47 @@ func (b *Backend) load() error {
 		}
 		return nil
 	})
+}
+
+// decodeMeta reads the metadata of queue name and checks it as Queues
+// checks what it passes to CreateQueue and AddGroup, and the ids as the
+// backend hands them out: garbage there (a torn or foreign value) made Open
+// panic (a negative partition count) or every Enqueue and FIFO Dequeue (no
+// partitions), or gave a later AddGroup a live group's id. Errors wrap
+// queue.ErrCorrupt.
+func decodeMeta(name string, v []byte) (queueMeta, error) {
+	var m queueMeta
+	bad := func(format string, args ...any) (queueMeta, error) {
+		return queueMeta{}, fmt.Errorf("%w: %s", queue.ErrCorrupt, fmt.Sprintf(format, args...))
+	}
+	if err := json.Unmarshal(v, &m); err != nil {
+		return bad("%v", err)
+	}
+	if err := queue.CheckName("queue", name); err != nil {
+		return bad("%v", err)
+	}
+	if m.ID == 0 {
+		return bad("queue id 0")
+	}
+	if err := m.Config.Validate(); err != nil {
+		return bad("%v", err)
+	}
+	names := map[string]bool{}
+	ids := map[uint16]bool{}
+	for _, g := range m.Groups {
+		if err := g.Validate(m.Config); err != nil {
+			return bad("group %q: %v", g.Name, err)
+		}
+		if names[g.Name] || ids[g.ID] {
+			return bad("group %q (id %d) listed twice", g.Name, g.ID)
+		}
+		names[g.Name], ids[g.ID] = true, true
+		// NextGroup 0: the ids wrapped (AddGroup refuses more).
+		if g.ID == 0 || (m.NextGroup != 0 && g.ID >= m.NextGroup) {
+			return bad("group %q has id %d, next id %d", g.Name, g.ID, m.NextGroup)
+		}
+	}
+	return m, nil
 }
 
 func newQueueRT(name string, m queueMeta) *queueRT {

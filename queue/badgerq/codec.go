@@ -2,7 +2,6 @@ package badgerq
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
 
@@ -30,7 +29,8 @@ const (
 	flagWideTime = 1 << 3
 )
 
-var errCorrupt = errors.New("badgerq: corrupt value")
+// errCorrupt wraps queue.ErrCorrupt: callers test for that.
+var errCorrupt = fmt.Errorf("badgerq: corrupt value (%w)", queue.ErrCorrupt)
 
 func appendEvent(dst []byte, ev *queue.Event) []byte {
 	var flags byte

@@ -60,8 +60,8 @@ func (b *Backend) info(q *queueRT) (queue.QueueInfo, error) {
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			k, ok := decodeEntryKey(it.Item().Key())
-			if !ok {
-				continue
+			if !ok || int(k.part) >= q.cfg.Partitions {
+				continue // not an entry of this queue (countDepth skips it too)
 			}
 			for _, v := range views {
 				v.info.Lag += int64(undone(v.states[k.part].find(k.prio), &k))
