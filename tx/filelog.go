@@ -270,7 +270,11 @@ func (l *FileLog) Append(b *Batch) error {
 		}
 		return l.err
 	}
-	for l.synced < mine && l.err == nil {
+	// A batch a sync covered is durable, whatever later syncs did.
+	for l.synced < mine {
+		if l.err != nil {
+			return l.err
+		}
 		if l.flushing {
 			l.cond.Wait()
 			continue
@@ -280,7 +284,7 @@ func (l *FileLog) Append(b *Batch) error {
 		}
 		l.syncLocked()
 	}
-	return l.err
+	return nil
 }
 
 // writeLocked copies everything pending into the segment, as one frame
