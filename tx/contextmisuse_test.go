@@ -166,3 +166,39 @@ func TestContextCheckpointRefusedAborts(t *testing.T) {
 		t.Fatalf("Start after the refused checkpoint: %v", err)
 	}
 }
+
+// Ending a Context's transaction twice, in any order, ends it once: the
+// second Finish or FinishDeferred fails ErrNotInProgress, a second Abort
+// returns its cause and rolls nothing back again, and the coordinator counts
+// one end.
+func TestContextEndTwice(t *testing.T) {
+	c := mustOpen(t, Options{})
+	r := &recorder{keys: [][]byte{[]byte("k")}}
+	ctx := c.NewContext(r)
+	ends := map[string]func() error{
+		"Finish":         ctx.Finish,
+		"FinishDeferred": func() error { _, err := ctx.FinishDeferred(); return err },
+		"Abort":          func() error { return ctx.Abort(nil) },
+	}
+	for first, end1 := range ends {
+		for second, end2 := range ends {
+			must[*Tx](t)(ctx.Start(time.Minute))
+			if err := end1(); err != nil {
+				t.Fatalf("%s: %v", first, err)
+			}
+			before, calls := c.Stats(), len(r.calls)
+			err := end2()
+			if second == "Abort" {
+				if err != nil || len(r.calls) != calls {
+					t.Errorf("%s after %s = %v, calls %v", second, first, err, r.calls[calls:])
+				}
+			} else if !errors.Is(err, ErrNotInProgress) {
+				t.Errorf("%s after %s = %v, want ErrNotInProgress", second, first, err)
+			}
+			if after := c.Stats(); after.Committed != before.Committed || after.Aborted != before.Aborted || after.InProgress != 0 {
+				t.Errorf("%s after %s changed the coordinator: %+v -> %+v", second, first, before, after)
+			}
+		}
+	}
+	checkStatsAddUp(t, c, "after the ends")
+}
