@@ -159,13 +159,19 @@ type queueRT struct {
 	// that lands after DeleteQueue's sweep sees it and sweeps again.
 	dead atomic.Bool
 
-	events, bytes       atomic.Int64 // committed, not evicted
-	resEvents, resBytes atomic.Int64 // reserved by in-flight producers
-	expired             atomic.Int64 // evicted by TTL before every group read them
-	spaceMu             sync.Mutex
-	space               chan struct{} // closed when depth shrinks
-	rr                  atomic.Uint32 // producers' rotating start partition
-	index               []partIndex   // one per partition, see index.go
+	events, bytes atomic.Int64 // committed, not evicted
+	// usedEvents, usedBytes: events and bytes plus the reservations of
+	// producers in flight, what the depth limits bound. One counter each,
+	// so that a producer's commit (its reservation becomes depth) changes
+	// nothing a producer checking for room reads: with two counters, one
+	// read before the commit and one after counted its events in neither
+	// (TestDepthCheckSeesCommitBetweenLoads).
+	usedEvents, usedBytes atomic.Int64
+	expired               atomic.Int64 // evicted by TTL before every group read them
+	spaceMu               sync.Mutex
+	space                 chan struct{} // closed when depth shrinks
+	rr                    atomic.Uint32 // producers' rotating start partition
+	index                 []partIndex   // one per partition, see index.go
 
 	// Wake-ups (see consumer.Ready and queue.GenNotifier): gen counts
 	// notifies; readyCh is closed by the next one. A notify with nobody
@@ -434,6 +440,8 @@ func (q *queueRT) countDepth(txn *badger.Txn) error {
 	}
 	q.events.Store(ev)
 	q.bytes.Store(by)
+	q.usedEvents.Store(ev)
+	q.usedBytes.Store(by)
 	return nil
 }
 
@@ -661,8 +669,7 @@ func (b *Backend) TruncateQueue(name string) error {
 	b.evictMu.Lock()
 	ev, by, err := b.deleteEntries(queuePrefix(q.id), keep)
 	b.evictMu.Unlock()
-	q.events.Add(-ev)
-	q.bytes.Add(-by)
+	q.removeDepth(ev, by)
 	b.freed.Add(by)
 	q.signalSpace()
 	if err != nil {

@@ -147,8 +147,7 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 		return low, err
 	}
 	if delEvents > 0 {
-		q.events.Add(-delEvents)
-		q.bytes.Add(-delBytes)
+		q.removeDepth(delEvents, delBytes)
 		q.expired.Add(expired)
 		b.freed.Add(delBytes)
 		q.signalSpace()

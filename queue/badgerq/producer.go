@@ -62,7 +62,7 @@ func (p *producer) StartTx(t *tx.Tx) error {
 	// A previous transaction that never ended here (no PostCommit or
 	// Rollback) leaves its events behind: drop their reservation too, or
 	// it counted against the depth limit for good.
-	p.q.release(p.events, p.bytes, true)
+	p.q.release(p.events, p.bytes)
 	p.events, p.bytes = 0, 0
 	// Its persisted entries (if any) keep their registration: their fate
 	// is unknown (a commit whose log write failed).
@@ -173,11 +173,11 @@ func (p *producer) Persist() error {
 func (p *producer) PostCommit() {
 	q := p.q
 	p.endPersist()
+	// The reservation becomes depth: usedEvents and usedBytes stay.
 	q.events.Add(p.events)
 	q.bytes.Add(p.bytes)
 	p.b.produced.Add(p.bytes)
 	p.b.wakeWriteback()
-	q.release(p.events, p.bytes, false)
 	wrote := len(p.bufs) > 0
 	p.events, p.bytes = 0, 0
 	p.recycle()
@@ -212,7 +212,7 @@ func (p *producer) Rollback() error {
 	// else the entries stay, under a pointer the context invalidates: the
 	// registration keeps holding invalid-list pruning below it (prune.go).
 	p.persistWP = 0
-	p.q.release(p.events, p.bytes, true)
+	p.q.release(p.events, p.bytes)
 	p.events, p.bytes = 0, 0
 	p.reset()
 	return err
@@ -282,8 +282,8 @@ var reserveTestHook func()
 func (q *queueRT) reserve(ctx context.Context, b *Backend, n, size int64) error {
 	cfg := &q.cfg
 	if cfg.MaxEvents == 0 && cfg.MaxBytes == 0 {
-		q.resEvents.Add(n)
-		q.resBytes.Add(size)
+		q.usedEvents.Add(n)
+		q.usedBytes.Add(size)
 		return nil
 	}
 	if err := queue.CheckFits(q.name, int(size), cfg.MaxBytes); err != nil {
@@ -310,12 +310,11 @@ func (q *queueRT) reserve(ctx context.Context, b *Backend, n, size int64) error 
 			q.spaceMu.Unlock()
 			return fmt.Errorf("%w: %q", queue.ErrUnknownQueue, q.name)
 		}
-		ev := q.events.Load() + q.resEvents.Load()
-		by := q.bytes.Load() + q.resBytes.Load()
+		ev, by := q.depth()
 		fits := (cfg.MaxEvents == 0 || ev+n <= cfg.MaxEvents) && (cfg.MaxBytes == 0 || by+size <= cfg.MaxBytes)
 		if fits {
-			q.resEvents.Add(n)
-			q.resBytes.Add(size)
+			q.usedEvents.Add(n)
+			q.usedBytes.Add(size)
 			q.spaceMu.Unlock()
 			return nil
 		}
@@ -341,14 +340,39 @@ func (q *queueRT) reserve(ctx context.Context, b *Backend, n, size int64) error 
 	}
 }
 
-// release drops a producer's reservation; on abort that frees room at once.
-func (q *queueRT) release(n, size int64, freed bool) {
+// depthTestHook, if set, runs in depth between its loads (tests: to commit
+// a producer there).
+var depthTestHook func()
+
+// depth is the committed depth plus the reservations of producers in flight.
+func (q *queueRT) depth() (events, bytes int64) {
+	ev := q.usedEvents.Load()
+	if depthTestHook != nil {
+		depthTestHook()
+	}
+	return ev, q.usedBytes.Load()
+}
+
+// release drops the reservation of a producer that did not commit: that
+// frees room at once.
+func (q *queueRT) release(n, size int64) {
 	if n == 0 {
 		return
 	}
-	q.resEvents.Add(-n)
-	q.resBytes.Add(-size)
-	if freed && (q.cfg.MaxEvents > 0 || q.cfg.MaxBytes > 0) {
+	q.usedEvents.Add(-n)
+	q.usedBytes.Add(-size)
+	if q.cfg.MaxEvents > 0 || q.cfg.MaxBytes > 0 {
 		q.signalSpace()
 	}
+}
+
+// removeDepth takes evicted or truncated entries out of the depth (the
+// events of a producer whose PostCommit has not run yet may be among them:
+// events and bytes go below what they count for a moment, usedEvents and
+// usedBytes do not, as those entries are in them since their reservation).
+func (q *queueRT) removeDepth(n, size int64) {
+	q.events.Add(-n)
+	q.bytes.Add(-size)
+	q.usedEvents.Add(-n)
+	q.usedBytes.Add(-size)
 }
