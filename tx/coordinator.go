@@ -207,7 +207,7 @@ type counters struct {
 func Open(opts Options) (*Coordinator, error) {
 	opts.withDefaults()
 	if opts.ReserveBlock > MaxReserveBlock {
-		return nil, fmt.Errorf("tx: Options.ReserveBlock %d is over the limit %d", opts.ReserveBlock, uint64(MaxReserveBlock))
+		return nil, fmt.Errorf("%w: Options.ReserveBlock %d is over the limit %d", ErrMisuse, opts.ReserveBlock, uint64(MaxReserveBlock))
 	}
 	c := &Coordinator{
 		opts:        opts,
@@ -684,7 +684,7 @@ func (c *Coordinator) CommitWithDeferred(tx *Tx, changes [][]byte, writes []Writ
 // sync (a Pending to wait on), else it is visible only once durable.
 func (c *Coordinator) commitWith(tx *Tx, changes [][]byte, writes []Write, deferred bool) (Pending, error) {
 	if _, atomic := c.log.(AtomicLog); len(writes) > 0 && !atomic {
-		return Pending{}, errors.New("tx: CommitWith: staged writes need an AtomicLog (BadgerLog); this coordinator's log cannot store them")
+		return Pending{}, fmt.Errorf("%w: CommitWith: staged writes need an AtomicLog (BadgerLog); this coordinator's log cannot store them", ErrMisuse)
 	}
 	keys, err := c.hashKeys(changes)
 	if err != nil {

@@ -508,6 +508,8 @@ func TestCommitWithWritesNeedsAtomicLog(t *testing.T) {
 	tx := must[*Tx](t)(c.StartShort(time.Minute))
 	if err := c.CommitWith(tx, nil, []Write{{Key: []byte("k"), Value: []byte("v")}}); err == nil {
 		t.Fatal("staged writes without an AtomicLog must be refused, not dropped")
+	} else if !errors.Is(err, ErrMisuse) {
+		t.Fatalf("refused with %v, want ErrMisuse (every error wraps a sentinel)", err)
 	}
 	if err := c.CommitWith(tx, [][]byte{[]byte("k")}, nil); err != nil {
 		t.Fatalf("the refused call must leave tx committable: %v", err)

@@ -30,9 +30,11 @@ var (
 	ErrLogFailed = errors.New("tx: edit log failed")
 	// ErrCorrupt: recovery found a snapshot or log it cannot read.
 	ErrCorrupt = errors.New("tx: corrupt state")
-	// ErrMisuse: a Context was used out of order or with a nil participant
-	// (Start while its transaction is open). Nothing was started or changed.
-	ErrMisuse = errors.New("tx: context misuse")
+	// ErrMisuse: a call the API does not allow — a Context started while
+	// its transaction is open or with a nil participant, staged writes for a
+	// log that cannot store them, Options out of bounds. Nothing was started
+	// or changed.
+	ErrMisuse = errors.New("tx: misuse")
 )
 
 // ConflictError says which transaction conflicted. It matches ErrConflict.

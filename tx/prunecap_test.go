@@ -90,6 +90,8 @@ func TestReserveBlockBounded(t *testing.T) {
 		if c, err := Open(Options{ReserveBlock: block, ExpiryInterval: -1}); err == nil {
 			c.Close()
 			t.Errorf("ReserveBlock %d accepted", block)
+		} else if !errors.Is(err, ErrMisuse) {
+			t.Errorf("ReserveBlock %d refused with %v, want ErrMisuse (every error wraps a sentinel)", block, err)
 		}
 	}
 	c := mustOpen(t, Options{ReserveBlock: MaxReserveBlock})
