@@ -1002,7 +1002,11 @@ func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait tim
 		}
 		in.logFailure(err, 1)
 		n := in.fail(e.id, err)
-		if n >= maxTries || flowlet.IsPermanent(err) {
+		if perm := flowlet.IsPermanent(err); n >= maxTries || perm {
+			// Dead-lettered in this step; and should the step be redone (an
+			// event beside it has retries left), at the top of process
+			// without running again: a permanent failure is tried once.
+			in.frt.fails.setPerm(e.id, perm)
 			in.deadLetter(sc, e, err.Error())
 		} else {
 			worst = max(worst, n)
