@@ -1,6 +1,7 @@
 package badgerq
 
 import (
+	"slices"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -59,6 +60,7 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 	}()
 
 	var levels []levelMax
+	var lstates []*levelState
 	for p := 0; p < q.cfg.Partitions; p++ {
 		states, hold, deleted := q.evictViews(p)
 		if deleted {
@@ -76,23 +78,43 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 		levels = ix.snapshot(levels[:0])
 		for _, lm := range levels {
 			prio := lm.prio
-			bound := uint64(0)
+			// bound: every group consumed every entry below it (the
+			// lowest cursor, holes included). posBound: the lowest scan
+			// position; below it, only the entries at some group's hole
+			// are not consumed by all. A hole is a producer that was in
+			// progress when a scan passed it — one still open, waiting
+			// for room in this queue maybe: deleting only below bound
+			// kept every consumed entry after it, so the room it waited
+			// for never came (TestEvictPastOpenProducer).
+			bound, posBound := uint64(0), uint64(0)
+			lstates = lstates[:0]
 			if len(states) > 0 {
-				bound = ^uint64(0)
+				bound, posBound = ^uint64(0), ^uint64(0)
 				for _, st := range states {
 					l := st.find(prio)
 					if l == nil {
-						bound = 0
+						bound, posBound = 0, 0
 						break
 					}
 					bound = min(bound, l.cursor())
+					posBound = min(posBound, l.pos.wp)
+					lstates = append(lstates, l)
 				}
 			}
-			if ttl == 0 && bound > 0 && bound <= lm.evictFrom {
+			atHole := func(wp uint64) bool {
+				for _, l := range lstates {
+					if slices.ContainsFunc(l.holes, func(h position) bool { return h.wp == wp }) {
+						return true
+					}
+				}
+				return false
+			}
+			if ttl == 0 && bound > 0 && bound <= lm.evictFrom && posBound <= lm.evictPos {
 				// Nothing consumed since the last pass and nothing can
-				// expire: the first entry left is at or above bound,
-				// and low is already at or below it (bound is one of
-				// the cursors low took; 0 means a group has none here).
+				// expire: the first entry left is at or above bound or
+				// at a hole, and low is already at or below it (bound
+				// is one of the cursors low took; 0 means a group has
+				// none here).
 				continue
 			}
 			if txn == nil {
@@ -108,14 +130,17 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 				if !ok {
 					continue
 				}
-				consumed := k.wp < bound
+				consumed := k.wp < bound || (k.wp < posBound && !atHole(k.wp))
 				stale := ttl > 0 && now.Sub(time.UnixMilli(k.ms)) > ttl
 				// An expired entry of a producer still in flight is kept
 				// too: it is not in the depth yet (and if it commits, a
 				// later pass expires it).
 				if !consumed && (!stale || inFlight[k.wp] > 0) {
-					kept = k.wp
+					kept = min(kept, k.wp)
 					low = min(low, k.wp)
+					if k.wp < posBound {
+						continue // at a hole: what follows may be consumed
+					}
 					break
 				}
 				if wb == nil {
@@ -137,7 +162,7 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 			// Nothing can land below min(bound, kept) any more: a producer
 			// still in flight with a lower pointer is a hole of some group,
 			// and holes are at or above the group's cursor.
-			ix.setEvictFrom(prio, max(lm.evictFrom, min(bound, kept)))
+			ix.setEvictFrom(prio, max(lm.evictFrom, min(bound, kept)), posBound)
 		}
 	}
 	if wb == nil {

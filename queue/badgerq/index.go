@@ -26,15 +26,21 @@ type levelMax struct {
 	// evictFrom: eviction deleted every entry below this pointer, and none
 	// can land there any more; the next pass seeks here.
 	evictFrom uint64
+	// evictPos: the lowest scan position of the groups at the last pass;
+	// it also deleted what every group consumed between evictFrom and
+	// there (entries not at a hole).
+	evictPos uint64
 }
 
-// setEvictFrom records where eviction of level prio starts next time.
-func (ix *partIndex) setEvictFrom(prio uint8, wp uint64) {
+// setEvictFrom records where eviction of level prio starts next time, and
+// the lowest scan position it deleted up to.
+func (ix *partIndex) setEvictFrom(prio uint8, wp, pos uint64) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for i := range ix.levels {
 		if ix.levels[i].prio == prio {
 			ix.levels[i].evictFrom = wp
+			ix.levels[i].evictPos = pos
 			return
 		}
 	}

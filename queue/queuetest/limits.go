@@ -3,11 +3,15 @@ package queuetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/tx"
 )
 
 // testOversizedEvent: an event larger than the queue's MaxBytes can never
@@ -29,4 +33,199 @@ func testOversizedEvent(t *testing.T, e *Env) {
 	}
 	// One that fits exactly still goes in.
 	must(t, p.Enqueue(context.Background(), ev("0123456789")))
+}
+
+// testDepthLimitsConcurrent: many producers race for the last room of a
+// queue bounded by events or by bytes, some of them aborting. Without
+// FullWait a producer that does not fit fails at once; the depth never
+// passes the bound, and it is exactly what committed (an abort leaves no
+// reservation behind). With FullWait and a consumer making room, every
+// producer gets in, the bound holds throughout, and every event is consumed
+// once.
+func testDepthLimitsConcurrent(t *testing.T, e *Env) {
+	const producers = 8
+	for _, cfg := range []queue.Config{
+		{Partitions: 4, MaxEvents: 25},
+		{Partitions: 4, MaxBytes: 100}, // events of 3 and 4 bytes
+	} {
+		name := fmt.Sprintf("now-%d-%d", cfg.MaxEvents, cfg.MaxBytes)
+		must(t, e.Queues.CreateQueue(name, cfg))
+		var committed, committedBytes atomic.Int64
+		var wg sync.WaitGroup
+		for pi := range producers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p, err := e.Queues.Producer(name)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for i := range 30 {
+					n, size := 1+(pi+i)%3, int64(0)
+					abort := (pi+i)%4 == 0
+					err := Step(e.Coord, func() error {
+						for j := range n {
+							ev := ev(fmt.Sprintf("%d%d", pi%10, j))
+							if j%2 == 1 {
+								ev.Payload = append(ev.Payload, 'x')
+							}
+							if err := p.Enqueue(context.Background(), ev); err != nil {
+								return err
+							}
+							size += int64(len(ev.Payload))
+						}
+						if abort {
+							return errChaos
+						}
+						return nil
+					}, p)
+					switch {
+					case err == nil:
+						committed.Add(int64(n))
+						committedBytes.Add(size)
+					case errors.Is(err, errChaos), errors.Is(err, queue.ErrQueueFull):
+					default:
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		info, err := e.Queues.Info(name)
+		must(t, err)
+		if (cfg.MaxEvents > 0 && info.Events > cfg.MaxEvents) || (cfg.MaxBytes > 0 && info.Bytes > cfg.MaxBytes) {
+			t.Fatalf("%s: depth %d events / %d bytes, past the bound (%+v)", name, info.Events, info.Bytes, cfg)
+		}
+		if info.Events != committed.Load() || info.Bytes != committedBytes.Load() {
+			t.Fatalf("%s: depth %d events / %d bytes, but %d / %d committed", name, info.Events, info.Bytes, committed.Load(), committedBytes.Load())
+		}
+		// Room for one event more is there, or the queue is full: an
+		// event that fits goes in (no reservation leaked by the aborts
+		// and refusals).
+		p, err := e.Queues.Producer(name)
+		must(t, err)
+		err = Step(e.Coord, func() error { return p.Enqueue(context.Background(), ev("z")) }, p)
+		fits := (cfg.MaxEvents == 0 || info.Events+1 <= cfg.MaxEvents) && (cfg.MaxBytes == 0 || info.Bytes+1 <= cfg.MaxBytes)
+		if fits != (err == nil) {
+			t.Fatalf("%s: one more event at depth %d / %d: %v", name, info.Events, info.Bytes, err)
+		}
+	}
+
+	// Bounded wait: producers wait for a consumer to make room. One event
+	// per transaction: a transaction holds the room of the events it
+	// enqueued while it waits for more, so producers of several events
+	// each can together hold all the room and wait for each other until
+	// FullWait runs out.
+	cfg := queue.Config{Partitions: 4, MaxEvents: 5, MaxBytes: 25, FullWait: time.Minute}
+	must(t, e.Queues.CreateQueue("wait", cfg))
+	must(t, e.Queues.AddGroup("wait", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 2}))
+	const perProducer = 20
+	var wg sync.WaitGroup
+	for pi := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := e.Queues.Producer("wait")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i, attempt := 0, 0; i < perProducer; attempt++ {
+				n := 1
+				abort := attempt%4 == 1
+				err := stepFor(e.Coord, 2*cfg.FullWait, func() error {
+					for j := range n {
+						if err := p.Enqueue(context.Background(), ev(fmt.Sprintf("w-%d", pi*perProducer+i+j))); err != nil {
+							return err
+						}
+					}
+					if abort {
+						return errChaos
+					}
+					return nil
+				}, p)
+				switch {
+				case errors.Is(err, errChaos):
+				case err != nil:
+					t.Error(err)
+					return
+				default:
+					i += n
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	var mu sync.Mutex
+	got := map[string]int{}
+	var cw sync.WaitGroup
+	for i := range 2 {
+		cw.Add(1)
+		go func() {
+			defer cw.Done()
+			c, err := e.Queues.Consumer("wait", "g", i)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for step := 0; ; step++ {
+				var es []queue.Entry
+				err := Step(e.Coord, func() (err error) {
+					if es, err = c.Dequeue(3); err != nil {
+						return err
+					}
+					if len(es) > 0 && step%3 == 0 {
+						return errChaos // redelivered later
+					}
+					return nil
+				}, c)
+				if err == nil {
+					mu.Lock()
+					for _, en := range es {
+						got[string(en.Payload)]++
+					}
+					n := len(got)
+					mu.Unlock()
+					if n == producers*perProducer {
+						return
+					}
+				} else if !errors.Is(err, errChaos) {
+					t.Error(err)
+					return
+				}
+				info, err := e.Queues.Info("wait")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if info.Events > cfg.MaxEvents || info.Bytes > cfg.MaxBytes {
+					t.Errorf("depth %d events / %d bytes, past the bound (%+v)", info.Events, info.Bytes, cfg)
+					return
+				}
+				if t.Failed() {
+					return
+				}
+			}
+		}()
+	}
+	cw.Wait()
+	<-done
+	expectExactly(t, got, "w", producers*perProducer)
+}
+
+// stepFor is Step with a transaction timeout of d: a producer may wait for
+// room up to FullWait, and its transaction must outlive the wait (on a
+// loaded machine the wait can pass Step's 10 s).
+func stepFor(c *tx.Coordinator, d time.Duration, fn func() error, parts ...tx.Participant) error {
+	ctx := c.NewContext(parts...)
+	if _, err := ctx.Start(d); err != nil {
+		return err
+	}
+	if err := fn(); err != nil {
+		return ctx.Abort(err)
+	}
+	return ctx.Finish()
 }

@@ -43,6 +43,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 		{"TTL", testTTL},
 		{"DepthLimits", testDepth},
 		{"OversizedEventFailsAtOnce", testOversizedEvent},
+		{"DepthLimitsConcurrent", testDepthLimitsConcurrent},
 		{"DeleteWakesBlockedEnqueue", testDeleteWakesBlockedEnqueue},
 		{"CloseWakesBlocked", testCloseWakesBlocked},
 		{"EvictionFreesDisk", testEviction},
