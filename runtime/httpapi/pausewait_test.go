@@ -4,14 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/internal/testgate"
-	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/httpapi"
 )
 
@@ -35,42 +31,17 @@ func init() {
 func TestPauseWaitEnds(t *testing.T) {
 	entered, open := holdGate.Hold(t) // opened before the app stops (below)
 
-	dir := t.TempDir()
-	path := filepath.Join(dir, "app.yaml")
-	if err := os.WriteFile(path, []byte(`
+	a, _ := openApp(t, `
 app: pw
 flowlets:
   gen: {type: generator, config: {rate: 200, batch: 5}}
   blk: {type: api_hold, batch_size: 1}
 connections:
   - {from: gen, to: blk}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	plan, err := runtime.ParseFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := runtime.Open(plan, runtime.Options{DataDir: filepath.Join(dir, "data"), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		open()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
-	s, err := httpapi.New(a, httpapi.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
+`)
+	runApp(t, a)
+	t.Cleanup(open) // before the run stops
+	ts := serve(t, a, httpapi.Config{})
 	u := ts.URL + "/api/v1/flowlets/blk"
 	<-entered // a step of blk is held in flight
 
@@ -119,35 +90,17 @@ connections:
 // publishes when the app starts, paused or not, so it is not parked yet
 // (it was answered parked at once).
 func TestPauseBeforeRun(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "app.yaml")
-	if err := os.WriteFile(path, []byte(`
+	a, _ := openApp(t, `
 app: pbr
 flowlets:
   gen: {type: generator, config: {count: 3}}
   cnt: {type: api_count}
-  sink: {type: file_sink, config: {path: `+filepath.Join(dir, "out.txt")+`}}
+  sink: {type: file_sink, config: {path: {dir}/out.txt}}
 connections:
   - {from: gen, to: cnt}
   - {from: gen, to: sink}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	plan, err := runtime.ParseFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := runtime.Open(plan, runtime.Options{DataDir: filepath.Join(dir, "data"), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	s, err := httpapi.New(a, httpapi.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
+`)
+	ts := serve(t, a, httpapi.Config{})
 	for fl, want := range map[string]bool{"cnt": true, "sink": false} {
 		code, body := do(t, "POST", ts.URL+"/api/v1/flowlets/"+fl+"/pause?wait=1ms", "", "")
 		var resp httpapi.PauseResponse

@@ -1,20 +1,15 @@
 package httpapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
-	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/httpapi"
 )
 
@@ -24,7 +19,7 @@ type holdAllFlowlet struct{}
 
 var (
 	holdAllIn   atomic.Int32
-	holdAllOpen = make(chan struct{})
+	holdAllOpen chan struct{} // set by the test before its app starts
 )
 
 func (holdAllFlowlet) Process(ctx flowlet.Context, ev flowlet.Event) error {
@@ -42,30 +37,17 @@ func init() {
 // pending (it was a 500, although the scale-down goes on), and it
 // completes once the step is done.
 func TestScaleDownPendingIsAccepted(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "app.yaml")
-	if err := os.WriteFile(path, []byte(`
+	holdAllIn.Store(0) // again for -count > 1: before the app starts
+	holdAllOpen = make(chan struct{})
+	a, _ := openApp(t, `
 app: sw
 flowlets:
   gen: {type: generator, config: {rate: 200, batch: 5}}
   blk: {type: api_hold_all, instances: 2, batch_size: 1}
 connections:
   - {from: gen, to: blk}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	plan, err := runtime.ParseFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := runtime.Open(plan, runtime.Options{DataDir: filepath.Join(dir, "data"), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+`)
+	runApp(t, a)
 	opened := false
 	open := func() {
 		if !opened {
@@ -73,19 +55,8 @@ connections:
 			close(holdAllOpen)
 		}
 	}
-	defer func() {
-		open()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
-	s, err := httpapi.New(a, httpapi.Config{ScaleWait: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
+	t.Cleanup(open) // before the run stops
+	ts := serve(t, a, httpapi.Config{ScaleWait: 50 * time.Millisecond})
 	// The deadline only guards against a hang.
 	for deadline := time.Now().Add(30 * time.Second); holdAllIn.Load() < 2; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -118,33 +89,15 @@ connections:
 // mark reaches the server whole (unknown flowlet, named), instead of
 // another route's 404 or 405.
 func TestClientScaleEscapesName(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "app.yaml")
-	if err := os.WriteFile(path, []byte(`
+	a, _ := openApp(t, `
 app: esc
 flowlets:
   gen: {type: generator, config: {count: 1}}
   out: {type: stdout_sink}
 connections:
   - {from: gen, to: out}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	plan, err := runtime.ParseFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := runtime.Open(plan, runtime.Options{DataDir: filepath.Join(dir, "data"), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	s, err := httpapi.New(a, httpapi.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
+`)
+	ts := serve(t, a, httpapi.Config{})
 	c := &httpapi.Client{URL: ts.URL}
 	for _, name := range []string{"a/b", "x?instances=3", "p%2Fq"} {
 		_, err := c.Scale(t.Context(), name, 1)

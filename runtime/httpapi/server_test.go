@@ -61,36 +61,56 @@ connections:
 // startApp runs the test app and serves its API through httptest.
 func startApp(t *testing.T, cfg httpapi.Config) (*runtime.App, *httptest.Server) {
 	t.Helper()
-	dir := t.TempDir()
+	a, _ := openApp(t, appYAML)
+	runApp(t, a)
+	return a, serve(t, a, cfg)
+}
+
+// openApp writes yaml, with "{dir}" standing for a new temporary directory,
+// to an app file there and opens the app, closed when the test ends.
+func openApp(t *testing.T, yaml string) (a *runtime.App, dir string) {
+	t.Helper()
+	dir = t.TempDir()
 	path := filepath.Join(dir, "app.yaml")
-	if err := os.WriteFile(path, []byte(appYAML), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(yaml, "{dir}", dir)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	plan, err := runtime.ParseFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := runtime.Open(plan, runtime.Options{DataDir: filepath.Join(dir, "data"), NoSync: true})
+	a, err = runtime.Open(plan, runtime.Options{DataDir: filepath.Join(dir, "data"), NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { a.Close() })
+	return a, dir
+}
+
+// runApp runs a until the test ends: the run stops before cleanups
+// registered earlier (openApp's Close) and after those registered later.
+func runApp(t *testing.T, a *runtime.App) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+}
+
+// serve serves a's API through httptest until the test ends.
+func serve(t *testing.T, a *runtime.App, cfg httpapi.Config) *httptest.Server {
+	t.Helper()
 	s, err := httpapi.New(a, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(func() {
-		ts.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		a.Close()
-	})
-	return a, ts
+	t.Cleanup(ts.Close)
+	return ts
 }
 
 func do(t *testing.T, method, url, token, body string) (int, []byte) {
