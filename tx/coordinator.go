@@ -717,6 +717,14 @@ func (p Pending) Wait() error {
 
 func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, deferred bool) (Pending, error) {
 	began := c.sinceOpen()
+	if !c.inline {
+		// Taken before the checks, as CanCommit does: Close (and a
+		// snapshot) waits for the gate, so a commit that passed its checks
+		// writes to a log that is still open. Taken after them, a Close
+		// in between closed the log first.
+		c.gate.RLock()
+		defer c.gate.RUnlock()
+	}
 	c.mu.Lock()
 	st, err := c.liveAtLocked(tx, c.nowAt(began))
 	if err != nil {
@@ -755,8 +763,9 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 	st.finalizing = true
 	sibling := c.writingLocked(st)
 	c.mu.Unlock()
-
-	c.gate.RLock()
+	if h := testHookCommitChecked; h != nil {
+		h()
+	}
 	// On error the outcome is unknown and the append has stopped the
 	// coordinator rather than guess.
 	pending, err := c.appendLogged([]Edit{c.committedEdit(st)}, writes, deferred, sibling)
@@ -773,12 +782,15 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 		}
 	}
 	c.mu.Unlock()
-	c.gate.RUnlock()
 	if err == nil {
 		c.latency.observe(c.sinceOpen() - began)
 	}
 	return pending, err
 }
+
+// testHookCommitChecked, set by tests, runs in a commit whose log write is
+// outside mu, between its checks and that write.
+var testHookCommitChecked func()
 
 // finishLocked removes st from the in-progress set and advances the read pointer.
 func (c *Coordinator) finishLocked(st *txState) {
