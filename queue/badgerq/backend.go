@@ -664,7 +664,14 @@ func (b *Backend) TruncateQueue(name string) error {
 			return err
 		}
 		defer c.Abort(t)
-		keep = func(k *entryKey) bool { return !t.Visible(k.wp) && k.wp >= t.FirstInProgress() }
+		// And the entries of a producer whose Persist is registered: not
+		// in the depth (an invalidated one's Rollback, still to come,
+		// deletes them and drops its reservation; deleting them here took
+		// them from the depth first: below zero).
+		inFlight := b.inFlight()
+		keep = func(k *entryKey) bool {
+			return inFlight[k.wp] > 0 || (!t.Visible(k.wp) && k.wp >= t.FirstInProgress())
+		}
 	}
 	b.evictMu.Lock()
 	ev, by, err := b.deleteEntries(queuePrefix(q.id), keep)

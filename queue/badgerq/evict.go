@@ -38,10 +38,15 @@ func (b *Backend) evict() error {
 func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 	now := b.opts.Now()
 	ttl := q.cfg.TTL
-	var inFlight map[uint64]int // general path: persisted, not committed
-	if ttl > 0 {
-		inFlight = b.inFlight() // after now, before the reads (see inFlight)
-	}
+	// General path: pointers whose entries are persisted, not committed
+	// or rolled back (read after now, before the reads: see inFlight).
+	// Their entries are not in the depth: they are kept, expired or
+	// consumed (an invalidated producer is settled for consumers, which
+	// pass it), and deleted by their Rollback, or by a later pass once
+	// they committed. Deleting them took them from the depth, and their
+	// Rollback took them from the reservations again: below zero
+	// (TestEvictInvalidatedInFlightDepth, TestTTLEvictionInFlightDepth).
+	inFlight := b.inFlight()
 	low := ^uint64(0)
 	var delEvents, delBytes, expired int64
 	// The batch and the read transaction are made on first use, so an idle
@@ -124,6 +129,7 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 			lp := levelPrefix(q.id, uint16(p), prio)
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: lp})
 			kept := ^uint64(0)
+			reread := false // kept an entry in flight: read the level next pass
 			var err error
 			for it.Seek(entrySeek(q.id, uint16(p), prio, lm.evictFrom, 0)); it.ValidForPrefix(lp); it.Next() {
 				k, ok := decodeEntryKey(it.Item().Key())
@@ -132,14 +138,14 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 				}
 				consumed := k.wp < bound || (k.wp < posBound && !atHole(k.wp))
 				stale := ttl > 0 && now.Sub(time.UnixMilli(k.ms)) > ttl
-				// An expired entry of a producer still in flight is kept
-				// too: it is not in the depth yet (and if it commits, a
-				// later pass expires it).
-				if !consumed && (!stale || inFlight[k.wp] > 0) {
+				if held := inFlight[k.wp] > 0; held || (!consumed && !stale) {
 					kept = min(kept, k.wp)
 					low = min(low, k.wp)
+					if held {
+						reread = true
+					}
 					if k.wp < posBound {
-						continue // at a hole: what follows may be consumed
+						continue // at a hole or held: what follows may be consumed
 					}
 					break
 				}
@@ -162,6 +168,9 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 			// Nothing can land below min(bound, kept) any more: a producer
 			// still in flight with a lower pointer is a hole of some group,
 			// and holes are at or above the group's cursor.
+			if reread {
+				posBound = 0
+			}
 			ix.setEvictFrom(prio, max(lm.evictFrom, min(bound, kept)), posBound)
 		}
 	}
