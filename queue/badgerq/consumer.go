@@ -638,7 +638,16 @@ func (c *consumer) Rollback() error {
 			s.committed = stateVersion{wp: k.w.prev.wp, st: k.w.st}
 		}
 	}
+	dead, removed := c.q.deleted, c.q.groups[c.g.meta.Name] != c.g
 	c.q.mu.Unlock()
+	// The restored states landed after the queue was deleted or the group
+	// removed, maybe after its sweep: sweep them, as PostCommit does (they
+	// stayed until the next Open).
+	if wrote && dead {
+		_ = c.b.dropQueueKeys(c.q.id)
+	} else if wrote && removed {
+		_, _, _ = c.b.deletePrefix(stateGroupPrefix(c.q.id, c.g.meta.ID))
+	}
 	if c.persisted {
 		c.b.endPersist(c.t.WritePointer) // a failed restore is held by the slots
 		c.persisted = false
