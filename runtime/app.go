@@ -134,10 +134,11 @@ type App struct {
 	st   *store
 
 	// instMu guards instances and every flowletRT's insts (Scale changes
-	// them while the app runs); scaleMu serializes Scale, Pause's waits and
-	// drain's last ticks.
+	// them while the app runs); scaleMu serializes Scale (and a scale-down
+	// completing in the background), Run's start and stop and drain's last
+	// ticks.
 	instMu    sync.Mutex
-	scaleMu   sync.Mutex
+	scaleMu   ctxMutex
 	instances []*instance
 	flowlets  []*flowletRT
 	byName    map[string]*flowletRT

@@ -19,6 +19,9 @@ var (
 	ErrNotScalable    = errors.New("flowlet cannot be scaled")
 	ErrBadRequest     = errors.New("bad request")
 	ErrNotPaused      = errors.New("flowlet is not paused")
+	// ErrScaleBusy: Scale's context ended while it waited for a scale in
+	// progress (a scale-down completing in the background, see Scale).
+	ErrScaleBusy = errors.New("a scale is still in progress")
 )
 
 // MaxScale bounds Scale: a flowlet's instances split the partitions of its
@@ -47,8 +50,8 @@ func (a *App) maxScale(frt *flowletRT) int {
 // the next run starts with the count of the app file (and rescales the
 // groups back). It returns the previous count. If ctx ends while removed
 // instances finish their steps in flight, Scale returns ctx's error and the
-// scale-down completes once those steps are done (a Scale meanwhile waits
-// for it).
+// scale-down completes once those steps are done; a Scale meanwhile waits
+// for it, or returns ErrScaleBusy (and ctx's error) if its ctx ends first.
 func (a *App) Scale(ctx context.Context, flowletName string, n int) (int, error) {
 	frt := a.byName[flowletName]
 	if frt == nil {
@@ -63,7 +66,11 @@ func (a *App) Scale(ctx context.Context, flowletName string, n int) (int, error)
 	if m := a.maxScale(frt); n < 1 || n > m {
 		return 0, fmt.Errorf("%w: instances must be in [1, %d] (the partitions of its input queues), not %d", ErrBadRequest, m, n)
 	}
-	a.scaleMu.Lock()
+	// A scale-down completing in the background holds it until its
+	// removed instances' steps are done: wait for it as long as ctx lets.
+	if err := a.scaleMu.LockContext(ctx); err != nil {
+		return 0, fmt.Errorf("%w: %s: waiting for it to complete: %w", ErrScaleBusy, flowletName, err)
+	}
 	unlock := true // false: a scale-down finishing in the background holds it
 	defer func() {
 		if unlock {

@@ -76,7 +76,7 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	prev, err := s.a.Scale(ctx, fl, req.Instances)
-	if err != nil && errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil && !errors.Is(err, runtime.ErrScaleBusy) {
 		// The removed instances' steps in flight outlasted the wait; the
 		// scale-down completes when they are done (App.Scale): accepted,
 		// not failed.

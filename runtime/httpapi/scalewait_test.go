@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -76,6 +77,19 @@ connections:
 	}
 	if resp.StatusCode != http.StatusAccepted || sr.Previous != 2 || sr.Instances != 1 || !strings.Contains(sr.Pending, "in-flight") {
 		t.Fatalf("scale-down with a step held: %d %+v, want 202 2 → 1 pending", resp.StatusCode, sr)
+	}
+	// A second scale meanwhile waits out the server's wait and is refused
+	// (409, nothing changed): not hung until the step is done, and not a
+	// 202 claiming its count is pending.
+	client := &http.Client{Timeout: 30 * time.Second} // a hang detector
+	resp, err = client.Post(ts.URL+"/api/v1/flowlets/blk/scale?instances=2", "", nil)
+	if err != nil {
+		t.Fatalf("scale while a scale-down is pending: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(body), "in progress") {
+		t.Fatalf("scale while a scale-down is pending: %d %s, want 409", resp.StatusCode, body)
 	}
 	open()
 	for deadline := time.Now().Add(30 * time.Second); a.Instances("blk") != 1; time.Sleep(5 * time.Millisecond) {

@@ -322,7 +322,7 @@ func fail(w http.ResponseWriter, err error) {
 		code = http.StatusBadRequest
 	case errors.Is(err, runtime.ErrUnknownFlowlet), errors.Is(err, queue.ErrUnknownQueue), errors.Is(err, errNotFound):
 		code = http.StatusNotFound
-	case errors.Is(err, runtime.ErrNotScalable), errors.Is(err, runtime.ErrNotPaused):
+	case errors.Is(err, runtime.ErrNotScalable), errors.Is(err, runtime.ErrNotPaused), errors.Is(err, runtime.ErrScaleBusy):
 		code = http.StatusConflict
 	case errors.Is(err, runtime.ErrNotRunning):
 		code = http.StatusServiceUnavailable
