@@ -11,7 +11,9 @@ var (
 	// ErrBadName: a queue or group name is empty, too long or not a plain
 	// identifier (no path separators, no leading dot).
 	ErrBadName = errors.New("queue: invalid name")
-	// ErrBadConfig: a queue or group configuration is out of range.
+	// ErrBadConfig: a queue or group configuration, or an argument (a
+	// negative Dequeue count, a Scan partition the queue does not have), is
+	// out of range.
 	ErrBadConfig = errors.New("queue: invalid configuration")
 	// ErrExists: a queue or group of that name exists already.
 	ErrExists = errors.New("queue: already exists")

@@ -197,7 +197,12 @@ func (c *consumer) DequeueAppend(dst []queue.Entry, max int) ([]queue.Entry, err
 		// again for a wake-up that never comes.
 		return dst, queue.ErrClosed
 	}
-	if max <= 0 {
+	if max < 0 {
+		// An empty read looked like an idle queue: the caller waited
+		// for entries that were there.
+		return dst, fmt.Errorf("%w: dequeue of %d entries", queue.ErrBadConfig, max)
+	}
+	if max == 0 {
 		return dst, nil
 	}
 	// An entry holds at most MaxUint32 events and readRun counts what is

@@ -195,6 +195,31 @@ func testBadInput(t *testing.T, e *Env) {
 	if err := qs.Scan("q", queue.ScanOptions{Partitions: []int{4}}, func(queue.Entry) bool { return true }); !errors.Is(err, queue.ErrBadConfig) {
 		t.Errorf("scan of partition 4 of 4: %v", err)
 	}
+	// A negative Dequeue count is an error, not an empty read (a caller
+	// that computed it wrong waited for entries that never came).
+	c, err := qs.Consumer("q", "g", 0)
+	must(t, err)
+	err = Step(e.Coord, func() error {
+		for _, n := range []int{-1, -1 << 40} {
+			if got, err := c.Dequeue(n); !errors.Is(err, queue.ErrBadConfig) || len(got) != 0 {
+				t.Errorf("Dequeue(%d) = %d entries, %v; want ErrBadConfig", n, len(got), err)
+			}
+			if da, ok := c.(queue.DequeueAppender); ok {
+				if got, err := da.DequeueAppend(nil, n); !errors.Is(err, queue.ErrBadConfig) || len(got) != 0 {
+					t.Errorf("DequeueAppend(%d) = %d entries, %v; want ErrBadConfig", n, len(got), err)
+				}
+			}
+		}
+		if got, err := c.Dequeue(0); err != nil || len(got) != 0 {
+			t.Errorf("Dequeue(0) = %d entries, %v; want none", len(got), err)
+		}
+		return nil
+	}, c)
+	must(t, err)
+	// Nothing was consumed by the refused calls.
+	if info, err := qs.Info("q"); err != nil || len(info.Groups) != 1 || info.Groups[0].Lag != 1 || info.Groups[0].Consumed != 0 {
+		t.Errorf("after the refused dequeues: %+v, %v; want a lag of 1, nothing consumed", info, err)
+	}
 }
 
 func testStrategies(t *testing.T, e *Env) {
