@@ -76,3 +76,41 @@ func TestTooLargeCommitWithHoldsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A second CanCommit refused as too large holds again what the first one
+// held: the transaction's COMMITTING edit names those keys and its
+// participants may have persisted, so an overlapping transaction still
+// conflicts (the rehold of 5bddbea, which nothing tested).
+func TestTooLargeCanCommitKeepsEarlierKeys(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync=%v", sync), func(t *testing.T) {
+			l, err := OpenFileLog(t.TempDir(), FileLogOptions{SegmentSize: 4096, Sync: sync})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := mustOpen(t, Options{Log: l})
+			var keys [][]byte
+			for i := range 1000 {
+				keys = append(keys, []byte(fmt.Sprint("k", i)))
+			}
+			big := must[*Tx](t)(c.StartShort(time.Minute))
+			if err := c.CanCommit(big, keys[:2]); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.CanCommit(big, keys); !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("second CanCommit of 1000 keys over a 4 KiB segment = %v, want ErrTooLarge", err)
+			}
+			other := must[*Tx](t)(c.StartShort(time.Minute))
+			var ce *ConflictError
+			if err := c.CanCommit(other, keys[:1]); !errors.As(err, &ce) || !ce.Pending {
+				t.Fatalf("CanCommit of a key the first CanCommit held = %v, want a pending conflict", err)
+			}
+			if err := c.CanCommit(other, keys[2:3]); err != nil {
+				t.Fatalf("a key only the refused CanCommit named stayed held: %v", err)
+			}
+			if err := c.Commit(big); !errors.Is(err, ErrConflict) {
+				t.Errorf("Commit after a refused CanCommit = %v, want it refused", err)
+			}
+		})
+	}
+}
