@@ -66,6 +66,7 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 
 	var levels []levelMax
 	var lstates []*levelState
+	var holes []uint64
 	for p := 0; p < q.cfg.Partitions; p++ {
 		states, hold, deleted := q.evictViews(p)
 		if deleted {
@@ -114,7 +115,22 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 				}
 				return false
 			}
-			if ttl == 0 && bound > 0 && bound <= lm.evictFrom && posBound <= lm.evictPos {
+			// The holes below posBound: a group that reads one (its
+			// producer committed) may move neither bound nor posBound
+			// (an older hole stays, an open producer pins the position),
+			// yet what it read there is consumed now
+			// (TestEvictReadHoleBehindOlderHole).
+			holes = holes[:0]
+			for _, l := range lstates {
+				for _, h := range l.holes {
+					if h.wp < posBound {
+						holes = append(holes, h.wp)
+					}
+				}
+			}
+			slices.Sort(holes)
+			holes = slices.Compact(holes)
+			if ttl == 0 && bound > 0 && bound <= lm.evictFrom && posBound <= lm.evictPos && slices.Equal(holes, lm.evictHoles) {
 				// Nothing consumed since the last pass and nothing can
 				// expire: the first entry left is at or above bound or
 				// at a hole, and low is already at or below it (bound
@@ -171,7 +187,7 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 			if reread {
 				posBound = 0
 			}
-			ix.setEvictFrom(prio, max(lm.evictFrom, min(bound, kept)), posBound)
+			ix.setEvictFrom(prio, max(lm.evictFrom, min(bound, kept)), posBound, holes)
 		}
 	}
 	if wb == nil {

@@ -30,17 +30,23 @@ type levelMax struct {
 	// it also deleted what every group consumed between evictFrom and
 	// there (entries not at a hole).
 	evictPos uint64
+	// evictHoles: the groups' holes below evictPos at the last pass
+	// (sorted, each pointer once): the entries there were kept.
+	evictHoles []uint64
 }
 
-// setEvictFrom records where eviction of level prio starts next time, and
-// the lowest scan position it deleted up to.
-func (ix *partIndex) setEvictFrom(prio uint8, wp, pos uint64) {
+// setEvictFrom records where eviction of level prio starts next time, the
+// lowest scan position it deleted up to and the holes below it it kept.
+func (ix *partIndex) setEvictFrom(prio uint8, wp, pos uint64, holes []uint64) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for i := range ix.levels {
 		if ix.levels[i].prio == prio {
 			ix.levels[i].evictFrom = wp
 			ix.levels[i].evictPos = pos
+			if !slices.Equal(ix.levels[i].evictHoles, holes) {
+				ix.levels[i].evictHoles = slices.Clone(holes)
+			}
 			return
 		}
 	}
