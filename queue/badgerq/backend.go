@@ -655,7 +655,7 @@ func (b *Backend) TruncateQueue(name string) error {
 	// them lost those events). keep is nil without a coordinator and on the
 	// fast path, which stores nothing before a commit (a transaction there
 	// would only cost: an abort, and a sibling that gathering waits for).
-	var keep func(*entryKey) bool
+	var keep func(*entryKey, map[uint64]int) bool
 	if c := b.opts.Coordinator; c != nil && !b.opts.FastPath {
 		// Only its snapshot counts (nothing is written under it), so its
 		// timeout does not matter, but it must be one the coordinator takes.
@@ -664,12 +664,12 @@ func (b *Backend) TruncateQueue(name string) error {
 			return err
 		}
 		defer c.Abort(t)
-		// And the entries of a producer whose Persist is registered: not
-		// in the depth (an invalidated one's Rollback, still to come,
-		// deletes them and drops its reservation; deleting them here took
-		// them from the depth first: below zero).
-		inFlight := b.inFlight()
-		keep = func(k *entryKey) bool {
+		// And the entries of a producer whose Persist is registered when
+		// the read starts (see readInFlight): not in the depth (an
+		// invalidated one's Rollback, still to come, deletes them and
+		// drops its reservation; deleting them here took them from the
+		// depth first: below zero).
+		keep = func(k *entryKey, inFlight map[uint64]int) bool {
 			return inFlight[k.wp] > 0 || (!t.Visible(k.wp) && k.wp >= t.FirstInProgress())
 		}
 	}
@@ -692,17 +692,29 @@ func (b *Backend) deletePrefix(prefix []byte) (events, bytes int64, err error) {
 }
 
 // deleteEntries is deletePrefix, except for the entry keys keep (if not
-// nil) says to keep.
-func (b *Backend) deleteEntries(prefix []byte, keep func(*entryKey) bool) (events, bytes int64, err error) {
+// nil) says to keep; it is given the pointers in flight when the read
+// started (readInFlight).
+func (b *Backend) deleteEntries(prefix []byte, keep func(*entryKey, map[uint64]int) bool) (events, bytes int64, err error) {
+	if b.db.IsClosed() {
+		return 0, 0, badger.ErrDBClosed
+	}
 	wb := b.db.NewWriteBatch()
 	defer wb.Cancel()
-	err = b.db.View(func(txn *badger.Txn) error {
+	var txn *badger.Txn
+	var inFlight map[uint64]int
+	if keep != nil {
+		txn, inFlight = b.readInFlight()
+	} else {
+		txn = b.db.NewTransaction(false)
+	}
+	err = func() error {
+		defer txn.Discard()
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			k := it.Item().KeyCopy(nil)
 			if ek, ok := decodeEntryKey(k); ok {
-				if keep != nil && keep(&ek) {
+				if keep != nil && keep(&ek, inFlight) {
 					continue
 				}
 				events += int64(ek.count)
@@ -713,7 +725,7 @@ func (b *Backend) deleteEntries(prefix []byte, keep func(*entryKey) bool) (event
 			}
 		}
 		return nil
-	})
+	}()
 	if err != nil {
 		return 0, 0, err
 	}

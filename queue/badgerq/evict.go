@@ -39,14 +39,15 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 	now := b.opts.Now()
 	ttl := q.cfg.TTL
 	// General path: pointers whose entries are persisted, not committed
-	// or rolled back (read after now, before the reads: see inFlight).
-	// Their entries are not in the depth: they are kept, expired or
-	// consumed (an invalidated producer is settled for consumers, which
-	// pass it), and deleted by their Rollback, or by a later pass once
-	// they committed. Deleting them took them from the depth, and their
-	// Rollback took them from the reservations again: below zero
-	// (TestEvictInvalidatedInFlightDepth, TestTTLEvictionInFlightDepth).
-	inFlight := b.inFlight()
+	// or rolled back (read with the read transaction, after now: see
+	// readInFlight). Their entries are not in the depth: they are kept,
+	// expired or consumed (an invalidated producer is settled for
+	// consumers, which pass it), and deleted by their Rollback, or by a
+	// later pass once they committed. Deleting them took them from the
+	// depth, and their Rollback took them from the reservations again:
+	// below zero (TestEvictInvalidatedInFlightDepth,
+	// TestTTLEvictionInFlightDepth, TestEvictPersistBetweenReadsDepth).
+	var inFlight map[uint64]int
 	low := ^uint64(0)
 	var delEvents, delBytes, expired int64
 	// The batch and the read transaction are made on first use, so an idle
@@ -139,7 +140,7 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 				continue
 			}
 			if txn == nil {
-				txn = b.db.NewTransaction(false)
+				txn, inFlight = b.readInFlight()
 				b.evictReads.Add(1)
 			}
 			lp := levelPrefix(q.id, uint16(p), prio)
