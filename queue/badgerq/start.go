@@ -98,7 +98,7 @@ func meet(a, b *partState) *partState {
 // progress of the two. A hole may sit at the position's own pointer (a
 // producer in progress in the consumer's snapshot whose entries had landed:
 // the scan passed them), and then it, not the position, says how far that
-// pointer was read.
+// pointer was read: the meet's position is lowered to it.
 func meetLevel(a, b levelState) levelState {
 	pos := minPos(a.pos, b.pos)
 	// progress is how far l consumed pointer wp (wp <= pos.wp <= l.pos.wp);
@@ -141,6 +141,18 @@ func meetLevel(a, b levelState) levelState {
 		}
 		return 0
 	})
+	// A hole at the position's own pointer, below the position: a read
+	// takes a hole to its pointer's end, then goes on from the position,
+	// so what lies between the position and that end came twice. Nothing
+	// from the hole on is consumed: that is the position
+	// (TestAddGroupMeetHoleAtPosition).
+	if n := len(holes); n > 0 && holes[n-1].wp == pos.wp {
+		pos = holes[n-1]
+		holes = holes[:n-1]
+	}
+	if len(holes) == 0 {
+		holes = nil
+	}
 	return levelState{prio: a.prio, pos: pos, holes: holes}
 }
 

@@ -28,10 +28,10 @@ func TestMeetLevel(t *testing.T) {
 			levelState{pos: pos(30, 0, 0), holes: []position{pos(9, 0, 0)}},
 			levelState{pos: pos(30, 0, 0), holes: []position{pos(3, 2, 2), pos(25, 0, 0)}},
 			levelState{pos: pos(30, 0, 0), holes: []position{pos(3, 2, 2), pos(9, 0, 0), pos(25, 0, 0)}}},
-		{"a hole at the position's own pointer stays (the review's case)",
+		{"a hole at the position's own pointer is kept as the position (the review's case; a hole there and the position read the rest of the pointer twice)",
 			levelState{pos: pos(40, 1, 0), holes: []position{pos(40, 0, 0)}},
 			levelState{pos: pos(40, 2, 0)},
-			levelState{pos: pos(40, 1, 0), holes: []position{pos(40, 0, 0)}}},
+			levelState{pos: pos(40, 0, 0)}},
 		{"the other side's partial progress on the lower position's pointer bounds a hole there",
 			levelState{pos: pos(50, 3, 0), holes: []position{pos(50, 1, 5)}},
 			levelState{pos: pos(50, 1, 2)},
@@ -39,7 +39,11 @@ func TestMeetLevel(t *testing.T) {
 		{"a hole on the lower position's pointer against the other side's own progress on it",
 			levelState{pos: pos(60, 0, 9), holes: []position{pos(60, 0, 4)}},
 			levelState{pos: pos(70, 0, 0), holes: []position{pos(60, 0, 2)}},
-			levelState{pos: pos(60, 0, 9), holes: []position{pos(60, 0, 2)}}},
+			levelState{pos: pos(60, 0, 2)}},
+		{"holes below a hole lowered to the position stay",
+			levelState{pos: pos(80, 0, 5), holes: []position{pos(71, 0, 0)}},
+			levelState{pos: pos(90, 0, 0), holes: []position{pos(80, 0, 1)}},
+			levelState{pos: pos(80, 0, 1), holes: []position{pos(71, 0, 0)}}},
 	} {
 		for _, swap := range []bool{false, true} {
 			a, b := c.a, c.b
