@@ -27,7 +27,7 @@ import (
 // the end.
 func TestEvictAgainstModel(t *testing.T) {
 	for _, fast := range []bool{true, false} {
-		for seed := range uint64(30) {
+		for seed := range uint64(120) {
 			t.Run(fmt.Sprintf("%s/%d", map[bool]string{true: "fast", false: "general"}[fast], seed), func(t *testing.T) {
 				runEvictModel(t, fast, seed)
 			})
