@@ -105,7 +105,12 @@ func runEvictModel(t *testing.T, fast bool, seed uint64) {
 		for _, p := range prods {
 			res += int64(len(p.pending))
 		}
-		if ev, used := q.events.Load(), q.usedEvents.Load(); ev < 0 || used != ev+res {
+		// Under evictMu: RemoveGroup kicks a background pass, whose
+		// removeDepth between the two loads would tear them.
+		b.evictMu.Lock()
+		ev, used := q.events.Load(), q.usedEvents.Load()
+		b.evictMu.Unlock()
+		if ev < 0 || used != ev+res {
 			t.Fatalf("after %s: depth %d, counter %d, reservations %d: the counter is not depth + reservations", step, ev, used, res)
 		}
 	}
