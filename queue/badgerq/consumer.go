@@ -309,6 +309,15 @@ func (c *consumer) readLevel(it *badger.Iterator, lp []byte, p int, prio uint8, 
 				i++
 				continue
 			}
+			if h.wp == ls.pos.wp && ls.pos.less(*h) {
+				// The position is inside the pointer: the scan passed
+				// the part of it that had landed (a Persist lands in
+				// several Badger transactions when it is large). The
+				// hole was read to the pointer's end: from the position
+				// on, the scan read that part again
+				// (TestPartialPersistReadOnce).
+				ls.pos = *h
+			}
 		case h.wp < t.FirstInProgress():
 			// invalid: never visible, nothing to read
 		default:
