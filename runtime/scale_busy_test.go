@@ -4,26 +4,21 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/internal/testgate"
 	"github.com/flowrun/flowrun/runtime"
 )
 
-// t_hold_all holds every step until holdAllOpen is closed, counting the
-// steps held.
+// t_hold_all holds every step while holdAllGate is held.
 type holdAllFlowlet struct{}
 
-var (
-	holdAllIn   atomic.Int32
-	holdAllOpen chan struct{} // set by the test before its app starts
-)
+var holdAllGate testgate.Gate
 
 func (holdAllFlowlet) Process(ctx flowlet.Context, ev flowlet.Event) error {
-	holdAllIn.Add(1)
-	<-holdAllOpen
+	holdAllGate.Pass()
 	return ctx.Counters("n").Add([]byte("total"), 1)
 }
 
@@ -38,8 +33,7 @@ func init() {
 // --step-timeout). It now gives up when its context ends, with
 // ErrScaleBusy, and changes nothing.
 func TestScaleWhileScaleDownPendingHonoursContext(t *testing.T) {
-	holdAllIn.Store(0)
-	holdAllOpen = make(chan struct{})
+	_, open := holdAllGate.Hold(t)
 	dir := t.TempDir()
 	a := runApp(t, plan(t, dir, `
 app: sbusy
@@ -49,18 +43,11 @@ flowlets:
 connections:
   - {from: gen, to: blk}
 `), runtime.Options{NoSync: true, DataDir: filepath.Join(dir, "data")})
-	opened := false
-	open := func() {
-		if !opened {
-			opened = true
-			close(holdAllOpen)
-		}
-	}
 	t.Cleanup(open) // before the run stops
 	// The deadline only guards against a hang.
-	for deadline := time.Now().Add(30 * time.Second); holdAllIn.Load() < 2; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); holdAllGate.Waiting() < 2; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of 2 instances in a step", holdAllIn.Load())
+			t.Fatalf("%d of 2 instances in a step", holdAllGate.Waiting())
 		}
 	}
 	ended, cancel := context.WithCancel(context.Background())

@@ -2,6 +2,7 @@ package testgate
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -10,6 +11,7 @@ type Gate struct {
 	mu      sync.Mutex
 	release chan struct{}
 	entered chan struct{}
+	waiting atomic.Int32
 }
 
 // Hold makes every call to Pass wait until open. entered receives once a
@@ -44,9 +46,15 @@ func (g *Gate) Pass() {
 	if r == nil {
 		return
 	}
+	g.waiting.Add(1)
+	defer g.waiting.Add(-1)
 	select {
 	case e <- struct{}{}:
 	default:
 	}
 	<-r
 }
+
+// Waiting is how many calls wait in Pass now (several instances of a
+// flowlet held at once).
+func (g *Gate) Waiting() int { return int(g.waiting.Load()) }

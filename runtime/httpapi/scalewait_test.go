@@ -6,26 +6,21 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/internal/testgate"
 	"github.com/flowrun/flowrun/runtime/httpapi"
 )
 
-// api_hold_all holds every step until holdAllOpen is closed, counting the
-// steps held.
+// api_hold_all holds every step while holdAllGate is held.
 type holdAllFlowlet struct{}
 
-var (
-	holdAllIn   atomic.Int32
-	holdAllOpen chan struct{} // set by the test before its app starts
-)
+var holdAllGate testgate.Gate
 
 func (holdAllFlowlet) Process(ctx flowlet.Context, ev flowlet.Event) error {
-	holdAllIn.Add(1)
-	<-holdAllOpen
+	holdAllGate.Pass()
 	return ctx.Counters("n").Add([]byte("total"), 1)
 }
 
@@ -38,8 +33,7 @@ func init() {
 // pending (it was a 500, although the scale-down goes on), and it
 // completes once the step is done.
 func TestScaleDownPendingIsAccepted(t *testing.T) {
-	holdAllIn.Store(0) // again for -count > 1: before the app starts
-	holdAllOpen = make(chan struct{})
+	_, open := holdAllGate.Hold(t)
 	a, _ := openApp(t, `
 app: sw
 flowlets:
@@ -49,19 +43,12 @@ connections:
   - {from: gen, to: blk}
 `)
 	runApp(t, a)
-	opened := false
-	open := func() {
-		if !opened {
-			opened = true
-			close(holdAllOpen)
-		}
-	}
 	t.Cleanup(open) // before the run stops
 	ts := serve(t, a, httpapi.Config{ScaleWait: 50 * time.Millisecond})
 	// The deadline only guards against a hang.
-	for deadline := time.Now().Add(30 * time.Second); holdAllIn.Load() < 2; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); holdAllGate.Waiting() < 2; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of 2 instances in a step", holdAllIn.Load())
+			t.Fatalf("%d of 2 instances in a step", holdAllGate.Waiting())
 		}
 	}
 
