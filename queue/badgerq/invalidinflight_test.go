@@ -27,18 +27,8 @@ func TestEvictInvalidatedInFlightDepth(t *testing.T) {
 // The same with TruncateQueue, which kept the entries of producers in
 // progress but not those of an invalidated one still to roll back.
 func testInvalidatedInFlightDepth(t *testing.T, truncate bool) {
-	n := newGeneralNode(t)
+	n, pW := invalidatedProducer(t, true)
 	must := mustT(t)
-	must(n.qs.CreateQueue("q", queue.Config{Partitions: 1, MaxEvents: 2}))
-	must(n.qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 1}))
-	pW, _ := n.qs.Producer("q")
-	ctxW := n.coord.NewContext(pW)
-	tW, err := ctxW.Start(time.Minute)
-	must(err)
-	must(pW.Enqueue(context.Background(), queue.Event{Payload: []byte("w")}))
-	must(n.coord.CanCommit(tW, nil))
-	must(pW.Persist())
-	must(n.coord.Invalidate(tW)) // timed out: the sweeper invalidates it
 
 	c, _ := n.qs.Consumer("q", "g", 0)
 	var got []queue.Entry
@@ -51,18 +41,48 @@ func testInvalidatedInFlightDepth(t *testing.T, truncate bool) {
 	} else {
 		must(n.b.evict())
 	}
-	_ = pW.Rollback() // what its Context does when the commit is refused
+	rollBackAndCheckBound(t, n, pW)
+}
+
+// invalidatedProducer opens a general-path node with queue q (one
+// partition, MaxEvents 2, FIFO group g) and a producer transaction on it
+// that enqueued one event, passed CanCommit and was invalidated, as the
+// sweeper does to one that timed out; persisted: it persisted before.
+func invalidatedProducer(t *testing.T, persisted bool) (*generalNode, queue.Producer) {
+	n := newGeneralNode(t)
+	must := mustT(t)
+	must(n.qs.CreateQueue("q", queue.Config{Partitions: 1, MaxEvents: 2}))
+	must(n.qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 1}))
+	pW, _ := n.qs.Producer("q")
+	ctxW := n.coord.NewContext(pW)
+	tW, err := ctxW.Start(time.Minute)
+	must(err)
+	must(pW.Enqueue(context.Background(), queue.Event{Payload: []byte("w")}))
+	must(n.coord.CanCommit(tW, nil))
+	if persisted {
+		must(pW.Persist())
+	}
+	must(n.coord.Invalidate(tW))
+	return n, pW
+}
+
+// rollBackAndCheckBound rolls back the invalidated producer pW (what its
+// Context does when the commit is refused), runs an eviction and checks
+// that q is empty and its bound whole: two events fit, a third does not.
+func rollBackAndCheckBound(t *testing.T, n *generalNode, pW queue.Producer) {
+	t.Helper()
+	must := mustT(t)
+	_ = pW.Rollback()
 	must(n.b.evict())
 	info, err := n.qs.Info("q")
 	must(err)
 	if info.Events != 0 || info.Bytes != 0 {
 		t.Fatalf("depth %d events / %d bytes after the invalidated producer rolled back, want 0", info.Events, info.Bytes)
 	}
-	// The bound is whole: two events fit, a third does not.
 	p, _ := n.qs.Producer("q")
 	for i, want := range []bool{true, true, false} {
 		err := queuetest.Step(n.coord, func() error {
-			return p.Enqueue(context.Background(), queue.Event{Payload: []byte("x")})
+			return p.Enqueue(context.Background(), queue.Event{Payload: []byte("y")})
 		}, p)
 		if (err == nil) != want {
 			t.Fatalf("event %d into a queue of MaxEvents 2: %v", i, err)

@@ -3,7 +3,6 @@ package badgerq
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/flowrun/flowrun/queue"
 	"github.com/flowrun/flowrun/queue/queuetest"
@@ -27,17 +26,8 @@ func TestEvictPersistBetweenReadsDepth(t *testing.T) {
 }
 
 func testPersistBetweenReads(t *testing.T, truncate bool) {
-	n := newGeneralNode(t)
+	n, pW := invalidatedProducer(t, false) // timed out between CanCommit and Persist
 	must := mustT(t)
-	must(n.qs.CreateQueue("q", queue.Config{Partitions: 1, MaxEvents: 2}))
-	must(n.qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 1}))
-	pW, _ := n.qs.Producer("q")
-	ctxW := n.coord.NewContext(pW)
-	tW, err := ctxW.Start(time.Minute)
-	must(err)
-	must(pW.Enqueue(context.Background(), queue.Event{Payload: []byte("w")}))
-	must(n.coord.CanCommit(tW, nil))
-	must(n.coord.Invalidate(tW)) // timed out between CanCommit and Persist
 
 	// A committed event in the same level, so eviction reads it.
 	p, _ := n.qs.Producer("q")
@@ -60,19 +50,5 @@ func testPersistBetweenReads(t *testing.T, truncate bool) {
 	} else {
 		must(n.b.evict())
 	}
-	_ = pW.Rollback() // what its Context does when the commit is refused
-	must(n.b.evict())
-	info, err := n.qs.Info("q")
-	must(err)
-	if info.Events != 0 || info.Bytes != 0 {
-		t.Fatalf("depth %d events / %d bytes after the invalidated producer rolled back, want 0", info.Events, info.Bytes)
-	}
-	for i, want := range []bool{true, true, false} {
-		err := queuetest.Step(n.coord, func() error {
-			return p.Enqueue(context.Background(), queue.Event{Payload: []byte("y")})
-		}, p)
-		if (err == nil) != want {
-			t.Fatalf("event %d into a queue of MaxEvents 2: %v", i, err)
-		}
-	}
+	rollBackAndCheckBound(t, n, pW)
 }
