@@ -14,19 +14,12 @@ import (
 )
 
 // t_block counts its events (counter n/total) and, before each, passes
-// theBlock: a test that holds it keeps a step in flight.
-type blockFlowlet struct{}
-
-// theBlock is the gate of every t_block (one test at a time uses it).
+// theBlock: a test that holds it keeps steps in flight (one test at a time
+// uses it).
 var theBlock testgate.Gate
 
-func (blockFlowlet) Process(ctx flowlet.Context, ev flowlet.Event) error {
-	theBlock.Pass()
-	return ctx.Counters("n").Add([]byte("total"), 1)
-}
-
 func init() {
-	flowlet.Register("t_block", func() flowlet.Flowlet { return blockFlowlet{} }, flowlet.TypeInfo{})
+	flowlet.Register("t_block", func() flowlet.Flowlet { return testgate.Counting(&theBlock) }, flowlet.TypeInfo{})
 }
 
 // TestWaitPaused: a paused flowlet is parked (Status, WaitPaused) only once

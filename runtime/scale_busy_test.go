@@ -7,24 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowrun/flowrun/flowlet"
-	"github.com/flowrun/flowrun/internal/testgate"
 	"github.com/flowrun/flowrun/runtime"
 )
-
-// t_hold_all holds every step while holdAllGate is held.
-type holdAllFlowlet struct{}
-
-var holdAllGate testgate.Gate
-
-func (holdAllFlowlet) Process(ctx flowlet.Context, ev flowlet.Event) error {
-	holdAllGate.Pass()
-	return ctx.Counters("n").Add([]byte("total"), 1)
-}
-
-func init() {
-	flowlet.Register("t_hold_all", func() flowlet.Flowlet { return holdAllFlowlet{} }, flowlet.TypeInfo{})
-}
 
 // TestScaleWhileScaleDownPendingHonoursContext: while a scale-down whose
 // context ended completes in the background (a removed instance's step is
@@ -33,21 +17,21 @@ func init() {
 // --step-timeout). It now gives up when its context ends, with
 // ErrScaleBusy, and changes nothing.
 func TestScaleWhileScaleDownPendingHonoursContext(t *testing.T) {
-	_, open := holdAllGate.Hold(t)
+	_, open := theBlock.Hold(t)
 	dir := t.TempDir()
 	a := runApp(t, plan(t, dir, `
 app: sbusy
 flowlets:
   gen: {type: generator, config: {rate: 200, batch: 5}}
-  blk: {type: t_hold_all, instances: 2, batch_size: 1}
+  blk: {type: t_block, instances: 2, batch_size: 1}
 connections:
   - {from: gen, to: blk}
 `), runtime.Options{NoSync: true, DataDir: filepath.Join(dir, "data")})
 	t.Cleanup(open) // before the run stops
 	// The deadline only guards against a hang.
-	for deadline := time.Now().Add(30 * time.Second); holdAllGate.Waiting() < 2; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); theBlock.Waiting() < 2; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of 2 instances in a step", holdAllGate.Waiting())
+			t.Fatalf("%d of 2 instances in a step", theBlock.Waiting())
 		}
 	}
 	ended, cancel := context.WithCancel(context.Background())

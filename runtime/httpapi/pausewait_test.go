@@ -11,18 +11,11 @@ import (
 	"github.com/flowrun/flowrun/runtime/httpapi"
 )
 
-// api_hold holds each step until the test opens its gate (holdGate).
-type holdFlowlet struct{}
-
+// api_hold counts its events and holds each step while holdGate is held.
 var holdGate testgate.Gate
 
-func (holdFlowlet) Process(ctx flowlet.Context, ev flowlet.Event) error {
-	holdGate.Pass()
-	return ctx.Counters("n").Add([]byte("total"), 1)
-}
-
 func init() {
-	flowlet.Register("api_hold", func() flowlet.Flowlet { return holdFlowlet{} }, flowlet.TypeInfo{})
+	flowlet.Register("api_hold", func() flowlet.Flowlet { return testgate.Counting(&holdGate) }, flowlet.TypeInfo{})
 }
 
 // TestPauseWaitEnds: a pause?wait whose flowlet has a step held in flight

@@ -9,36 +9,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowrun/flowrun/flowlet"
-	"github.com/flowrun/flowrun/internal/testgate"
 	"github.com/flowrun/flowrun/runtime/httpapi"
 )
-
-// api_hold_all holds every step while holdAllGate is held.
-type holdAllFlowlet struct{}
-
-var holdAllGate testgate.Gate
-
-func (holdAllFlowlet) Process(ctx flowlet.Context, ev flowlet.Event) error {
-	holdAllGate.Pass()
-	return ctx.Counters("n").Add([]byte("total"), 1)
-}
-
-func init() {
-	flowlet.Register("api_hold_all", func() flowlet.Flowlet { return holdAllFlowlet{} }, flowlet.TypeInfo{})
-}
 
 // TestScaleDownPendingIsAccepted: a scale-down whose removed instance is
 // held in a step past the server's ScaleWait is answered 202 with what is
 // pending (it was a 500, although the scale-down goes on), and it
 // completes once the step is done.
 func TestScaleDownPendingIsAccepted(t *testing.T) {
-	_, open := holdAllGate.Hold(t)
+	_, open := holdGate.Hold(t)
 	a, _ := openApp(t, `
 app: sw
 flowlets:
   gen: {type: generator, config: {rate: 200, batch: 5}}
-  blk: {type: api_hold_all, instances: 2, batch_size: 1}
+  blk: {type: api_hold, instances: 2, batch_size: 1}
 connections:
   - {from: gen, to: blk}
 `)
@@ -46,9 +30,9 @@ connections:
 	t.Cleanup(open) // before the run stops
 	ts := serve(t, a, httpapi.Config{ScaleWait: 50 * time.Millisecond})
 	// The deadline only guards against a hang.
-	for deadline := time.Now().Add(30 * time.Second); holdAllGate.Waiting() < 2; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); holdGate.Waiting() < 2; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of 2 instances in a step", holdAllGate.Waiting())
+			t.Fatalf("%d of 2 instances in a step", holdGate.Waiting())
 		}
 	}
 
