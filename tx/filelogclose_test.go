@@ -18,23 +18,7 @@ func TestFileLogCloseWakesWaitingAppender(t *testing.T) {
 	if _, _, err := l.Recover(); err != nil {
 		t.Fatal(err)
 	}
-	// A sync is under way: the appender queues behind it.
-	l.mu.Lock()
-	l.flushing = true
-	l.mu.Unlock()
-	done := make(chan error, 1)
-	go func() {
-		done <- l.Append(&Batch{Edits: []Edit{{Kind: EditAborted, TxID: 42}}, Wait: true})
-	}()
-	for { // appended is counted under mu before the appender waits on cond
-		l.mu.Lock()
-		n := l.appended
-		l.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	done := appendBehindSync(l) // a sync is under way: the appender queues behind it
 	// The sync ends; its broadcast is not needed for this: Close's must do.
 	l.mu.Lock()
 	l.flushing = false
@@ -64,5 +48,28 @@ func TestFileLogCloseWakesWaitingAppender(t *testing.T) {
 	}
 	if err := l.Append(&Batch{Edits: []Edit{{Kind: EditAborted, TxID: 43}}, Wait: true}); err == nil {
 		t.Fatal("Append after Close succeeded")
+	}
+}
+
+// appendBehindSync marks a sync of l under way and starts a waited Append of
+// one edit (ABORTED of tx 42), which queues behind it; it returns once the
+// append is counted (under mu, before the appender waits on cond), with
+// the channel its result comes on.
+func appendBehindSync(l *FileLog) <-chan error {
+	l.mu.Lock()
+	l.flushing = true
+	l.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		done <- l.Append(&Batch{Edits: []Edit{{Kind: EditAborted, TxID: 42}}, Wait: true})
+	}()
+	for {
+		l.mu.Lock()
+		n := l.appended
+		l.mu.Unlock()
+		if n == 1 {
+			return done
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -3,7 +3,6 @@ package tx
 import (
 	"errors"
 	"testing"
-	"time"
 )
 
 // An appender whose batch a sync covered returns nil even if a later sync
@@ -19,23 +18,7 @@ func TestFileLogSyncedAppendIgnoresLaterFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	// A sync is under way: the appender queues behind it.
-	l.mu.Lock()
-	l.flushing = true
-	l.mu.Unlock()
-	done := make(chan error, 1)
-	go func() {
-		done <- l.Append(&Batch{Edits: []Edit{{Kind: EditAborted, TxID: 42}}, Wait: true})
-	}()
-	for { // appended is counted under mu before the appender waits on cond
-		l.mu.Lock()
-		n := l.appended
-		l.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	done := appendBehindSync(l) // a sync is under way: the appender queues behind it
 	// The leader's sync covers the batch; another sync fails before the
 	// appender runs again.
 	l.mu.Lock()
