@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/flowrun/flowrun/queue"
 	"github.com/flowrun/flowrun/tx"
@@ -39,30 +40,15 @@ func testAdminWhileConsuming(t *testing.T, e *Env) {
 			t.Error(err)
 			return
 		}
-		for i, attempt := 0, 0; i < keys*perKey; attempt++ {
-			abort := attempt%4 == 3
-			n := min(1+attempt%5, keys*perKey-i)
-			err := Step(e.Coord, func() error {
-				for j := i; j < i+n; j++ {
-					k := j % keys
-					ev := queue.Event{Payload: fmt.Appendf(nil, "e-%d", j), Key: []byte{byte(k)}, Priority: uint8(k % 3)}
-					if err := p.Enqueue(context.Background(), ev); err != nil {
-						return err
-					}
-				}
-				if abort {
-					return errChaos
-				}
-				return nil
-			}, p)
-			switch {
-			case errors.Is(err, errChaos):
-			case err != nil:
-				t.Error(err)
-				return
-			default:
-				i += n
-			}
+		err = produceWithAborts(e.Coord, 10*time.Second, p, keys*perKey,
+			func(attempt int) int { return 1 + attempt%5 },
+			func(attempt int) bool { return attempt%4 == 3 },
+			func(j int) queue.Event {
+				k := j % keys
+				return queue.Event{Payload: fmt.Appendf(nil, "e-%d", j), Key: []byte{byte(k)}, Priority: uint8(k % 3)}
+			})
+		if err != nil {
+			t.Error(err)
 		}
 	}()
 

@@ -132,28 +132,12 @@ func testDepthLimitsConcurrent(t *testing.T, e *Env) {
 				t.Error(err)
 				return
 			}
-			for i, attempt := 0, 0; i < perProducer; attempt++ {
-				n := 1
-				abort := attempt%4 == 1
-				err := stepFor(e.Coord, 2*cfg.FullWait, func() error {
-					for j := range n {
-						if err := p.Enqueue(context.Background(), ev(fmt.Sprintf("w-%d", pi*perProducer+i+j))); err != nil {
-							return err
-						}
-					}
-					if abort {
-						return errChaos
-					}
-					return nil
-				}, p)
-				switch {
-				case errors.Is(err, errChaos):
-				case err != nil:
-					t.Error(err)
-					return
-				default:
-					i += n
-				}
+			err = produceWithAborts(e.Coord, 2*cfg.FullWait, p, perProducer,
+				func(int) int { return 1 },
+				func(attempt int) bool { return attempt%4 == 1 },
+				func(j int) queue.Event { return ev(fmt.Sprintf("w-%d", pi*perProducer+j)) })
+			if err != nil {
+				t.Error(err)
 			}
 		}()
 	}
@@ -228,4 +212,33 @@ func stepFor(c *tx.Coordinator, d time.Duration, fn func() error, parts ...tx.Pa
 		return ctx.Abort(err)
 	}
 	return ctx.Finish()
+}
+
+// produceWithAborts enqueues events ev(0) … ev(total-1) through p,
+// size(attempt) events per transaction (timeout d), and aborts the
+// attempts abort picks (errChaos): their events come again in the next.
+// It returns the first other error.
+func produceWithAborts(c *tx.Coordinator, d time.Duration, p queue.Producer, total int, size func(attempt int) int, abort func(attempt int) bool, ev func(j int) queue.Event) error {
+	for i, attempt := 0, 0; i < total; attempt++ {
+		n := min(size(attempt), total-i)
+		err := stepFor(c, d, func() error {
+			for j := i; j < i+n; j++ {
+				if err := p.Enqueue(context.Background(), ev(j)); err != nil {
+					return err
+				}
+			}
+			if abort(attempt) {
+				return errChaos
+			}
+			return nil
+		}, p)
+		switch {
+		case errors.Is(err, errChaos):
+		case err != nil:
+			return err
+		default:
+			i += n
+		}
+	}
+	return nil
 }

@@ -61,14 +61,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 
 // Step runs fn inside one transaction over parts and commits it.
 func Step(c *tx.Coordinator, fn func() error, parts ...tx.Participant) error {
-	ctx := c.NewContext(parts...)
-	if _, err := ctx.Start(10 * time.Second); err != nil {
-		return err
-	}
-	if err := fn(); err != nil {
-		return ctx.Abort(err)
-	}
-	return ctx.Finish()
+	return stepFor(c, 10*time.Second, fn, parts...)
 }
 
 func must(t testing.TB, err error) {
