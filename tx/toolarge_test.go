@@ -15,15 +15,7 @@ import (
 func TestTooLargeCanCommitHoldsNothing(t *testing.T) {
 	for _, sync := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sync=%v", sync), func(t *testing.T) {
-			l, err := OpenFileLog(t.TempDir(), FileLogOptions{SegmentSize: 4096, Sync: sync})
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := mustOpen(t, Options{Log: l})
-			var keys [][]byte
-			for i := range 1000 {
-				keys = append(keys, []byte(fmt.Sprint("k", i)))
-			}
+			c, keys := tooLargeSetup(t, sync)
 			big := must[*Tx](t)(c.StartShort(time.Minute))
 			before := c.Stats()
 			if err := c.CanCommit(big, keys); !errors.Is(err, ErrTooLarge) {
@@ -84,15 +76,7 @@ func TestTooLargeCommitWithHoldsNothing(t *testing.T) {
 func TestTooLargeCanCommitKeepsEarlierKeys(t *testing.T) {
 	for _, sync := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sync=%v", sync), func(t *testing.T) {
-			l, err := OpenFileLog(t.TempDir(), FileLogOptions{SegmentSize: 4096, Sync: sync})
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := mustOpen(t, Options{Log: l})
-			var keys [][]byte
-			for i := range 1000 {
-				keys = append(keys, []byte(fmt.Sprint("k", i)))
-			}
+			c, keys := tooLargeSetup(t, sync)
 			big := must[*Tx](t)(c.StartShort(time.Minute))
 			if err := c.CanCommit(big, keys[:2]); err != nil {
 				t.Fatal(err)
@@ -113,4 +97,19 @@ func TestTooLargeCanCommitKeepsEarlierKeys(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tooLargeSetup opens a coordinator on a FileLog of 4 KiB segments and
+// returns 1000 change keys, whose COMMITTING edit the log refuses.
+func tooLargeSetup(t *testing.T, sync bool) (*Coordinator, [][]byte) {
+	l, err := OpenFileLog(t.TempDir(), FileLogOptions{SegmentSize: 4096, Sync: sync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mustOpen(t, Options{Log: l})
+	var keys [][]byte
+	for i := range 1000 {
+		keys = append(keys, []byte(fmt.Sprint("k", i)))
+	}
+	return c, keys
 }

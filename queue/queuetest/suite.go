@@ -718,12 +718,19 @@ func testRescale(t *testing.T, e *Env) {
 	consumers.Wait()
 	close(done)
 	expectExactly(t, payloads(log), "e", keys*perKey)
+	expectKeyOrder(t, log)
+}
+
+// expectKeyOrder checks that log holds each key's events ("e-<n>") in the
+// order of n, the order they were committed in.
+func expectKeyOrder(t *testing.T, log []queue.Entry) {
+	t.Helper()
 	last := map[string]int{}
 	for _, en := range log {
 		var n int
 		fmt.Sscanf(string(en.Payload), "e-%d", &n)
 		if prev, ok := last[string(en.Key)]; ok && n < prev {
-			t.Fatalf("key %s: event %d committed after %d", en.Key, n, prev)
+			t.Fatalf("key %x: event %d committed after %d", en.Key, n, prev)
 		}
 		last[string(en.Key)] = n
 	}
