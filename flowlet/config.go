@@ -120,10 +120,14 @@ func (c Config) Int(field string, def int) (int, error) {
 			return int(n), nil
 		}
 	case float64:
-		if n == math.Trunc(n) && n >= math.MinInt && n <= math.MaxInt {
+		if n != math.Trunc(n) {
+			return def, c.errorf(field, "want an integer, got %s", describe(v))
+		}
+		// float64(math.MaxInt) rounds up to 2^63, which int cannot hold: the
+		// upper bound must be exclusive.
+		if n >= math.MinInt && n < -float64(math.MinInt) {
 			return int(n), nil
 		}
-		return def, c.errorf(field, "want an integer, got %s", describe(v))
 	case string:
 		i, err := strconv.Atoi(strings.TrimSpace(n))
 		if err == nil {

@@ -12,6 +12,9 @@ import (
 func TestConfig(t *testing.T) {
 	c := NewConfig("reader", map[string]any{
 		"path": "/tmp/x", "n": 5, "f": 2.0, "half": 2.5, "big": uint64(1 << 63),
+		// 2^63 as a float (a plugin's JSON config decodes 9223372036854775808 so):
+		// float64(math.MaxInt) rounds up to it, so a <= bound let it through.
+		"fbig": float64(1 << 63),
 		"every": "250ms", "zero": 0, "bare": 10, "on": true, "list": []any{"a", "b"},
 		"mixed": []any{"a", 1}, "null": nil,
 		// What a quoted variable in a flow mapping gives: {count: "${N:100}"}.
@@ -74,6 +77,7 @@ func TestConfig(t *testing.T) {
 		{second(c.Int("half", 0)), `flowlet "reader": config field "half": want an integer, got the number 2.5`},
 		{second(c.Int("path", 0)), `config field "path": want an integer, got the string "/tmp/x"`},
 		{second(c.Int("big", 0)), `config field "big": integer 9223372036854775808 out of range`},
+		{second(c.Int("fbig", 0)), `config field "fbig": integer 9.223372036854776e+18 out of range`},
 		{second(c.Duration("bare", 0)), `config field "bare": want a duration like "500ms" or "1m", got the number 10: add a unit, e.g. "10s"`},
 		{second(c.Duration("path", 0)), `want a duration like "500ms" or "1m", got "/tmp/x"`},
 		{second(c.Bool("path", false)), `config field "path": want true or false, got the string "/tmp/x"`},
