@@ -14,7 +14,7 @@ func TestConfig(t *testing.T) {
 		"path": "/tmp/x", "n": 5, "f": 2.0, "half": 2.5, "big": uint64(1 << 63),
 		// 2^63 as a float (a plugin's JSON config decodes 9223372036854775808 so):
 		// float64(math.MaxInt) rounds up to it, so a <= bound let it through.
-		"fbig": float64(1 << 63),
+		"fbig":  float64(1 << 63),
 		"every": "250ms", "zero": 0, "bare": 10, "on": true, "list": []any{"a", "b"},
 		"mixed": []any{"a", 1}, "null": nil,
 		// What a quoted variable in a flow mapping gives: {count: "${N:100}"}.
