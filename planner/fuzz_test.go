@@ -71,7 +71,7 @@ func checkPlan(t *testing.T, plan *Plan) {
 	for i, f := range plan.Flowlets {
 		if !nameRE.MatchString(f.Name) || (f.Type == "") == (f.Plugin == "") ||
 			f.Instances < 1 || f.Instances > MaxInstances || f.BatchSize < 1 || f.BatchSize > MaxBatchSize ||
-			f.Retry.Max < 0 || f.Retry.Backoff <= 0 || f.Retry.Backoff > f.Retry.MaxBackoff || f.Tick < 0 || f.Config == nil {
+			f.Retry.Max < 0 || f.Retry.Max > MaxRetries || f.Retry.Backoff <= 0 || f.Retry.Backoff > f.Retry.MaxBackoff || f.Tick < 0 || f.Config == nil {
 			t.Fatalf("flowlet violates invariants: %+v", f)
 		}
 		rank[f.Name] = i

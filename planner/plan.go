@@ -129,6 +129,9 @@ const (
 	MaxPartitions     = 4096 // as package queue allows
 	DefaultBatchSize  = 100
 	MaxBatchSize      = 100_000
+	// MaxRetries bounds retries.max: the runtime counts tries as max+1,
+	// which must not overflow (and a million retries is forever already).
+	MaxRetries = 1_000_000
 )
 
 // DefaultRetry is the retry policy of a flowlet that sets no retries.

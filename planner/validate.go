@@ -189,6 +189,8 @@ func (v *validator) checkFlowlet(f *flowletSpec) {
 	checkRange(v.errs, f.batchSize, "batch_size", 1, MaxBatchSize)
 	if f.retryMax.set && f.retryMax.val < 0 {
 		v.errs.add(f.retryMax.pos, "retries.max must not be negative, got %d (0 disables retries)", f.retryMax.val)
+	} else {
+		checkRange(v.errs, f.retryMax, "retries.max", 0, MaxRetries)
 	}
 	if f.tick.set && f.typ.set && v.types[f.typ.val].NoTick {
 		v.errs.add(f.tick.pos, "flowlet %q: type %s has no Tick, so tick would do nothing", f.name, f.typ.val)
