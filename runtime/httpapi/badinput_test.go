@@ -27,6 +27,7 @@ func TestBadInputs(t *testing.T) {
 		{"POST", "/api/v1/flowlets/cnt/scale", `{"instances": 1e99}`, 400},
 		{"POST", "/api/v1/flowlets/cnt/scale", `{`, 400},
 		{"POST", "/api/v1/flowlets/cnt/scale", ``, 400},
+		{"POST", "/api/v1/flowlets/cnt/scale", `{"instances": 2} {"instances": 3}`, 400}, // used to scale to 2
 		{"POST", "/api/v1/flowlets/nope/scale", `{"instances": 2}`, 404},
 		{"POST", "/api/v1/flowlets/gen/scale", `{"instances": 2}`, 409},
 		{"POST", "/api/v1/flowlets/nope/pause", ``, 404},
@@ -63,6 +64,10 @@ func TestBadInputs(t *testing.T) {
 		{"POST", "/api/v1/ingest/cnt?input=web.out", `{"events": [{"payload_base64": "!!"}]}`, 400},
 		{"POST", "/api/v1/ingest/cnt?input=web.out", `{"events": [], "x": 1}`, 400},
 		{"POST", "/api/v1/ingest/cnt?input=web.out", `{"events": [{}]}`, 400},
+		// A line as long as the body bound used to be dropped unseen, and a
+		// second JSON value ignored: both answered 200.
+		{"POST", "/api/v1/ingest/cnt?input=web.out", strings.Repeat("y", 16<<20), 400},
+		{"POST", "/api/v1/ingest/cnt?input=web.out", `{"events": [{"payload": "a"}]} {"events": [{"payload": "b"}]}`, 400},
 	} {
 		code, body := do(t, c.method, u+c.path, "", c.body)
 		if code != c.code {

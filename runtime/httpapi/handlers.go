@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -65,7 +64,7 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		req.Instances = n
-	} else if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil {
+	} else if err := decodeOne(json.NewDecoder(io.LimitReader(r.Body, 1<<16)), &req); err != nil {
 		writeErr(w, http.StatusBadRequest, fmt.Errorf(`body: want {"instances": N}: %v`, err))
 		return
 	}
@@ -421,7 +420,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 		var req IngestRequest
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
+		if err := decodeOne(dec, &req); err != nil {
 			writeErr(w, http.StatusBadRequest, fmt.Errorf("body: %v", err))
 			return
 		}
@@ -454,11 +453,12 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 			evs = append(evs, runtime.IngestEvent{Payload: body})
 		}
 	default:
-		sc := bufio.NewScanner(bytes.NewReader(body))
-		sc.Buffer(nil, maxIngestBody)
-		for sc.Scan() {
-			if l := bytes.TrimSuffix(sc.Bytes(), []byte("\r")); len(l) > 0 {
-				evs = append(evs, runtime.IngestEvent{Payload: append([]byte(nil), l...)})
+		// Not a bufio.Scanner: its token bound dropped a line as long as
+		// the body, unseen.
+		for l := range bytes.Lines(body) {
+			l = bytes.TrimSuffix(bytes.TrimSuffix(l, []byte("\n")), []byte("\r"))
+			if len(l) > 0 {
+				evs = append(evs, runtime.IngestEvent{Payload: l})
 			}
 		}
 	}
@@ -468,6 +468,19 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, 200, IngestResponse{Accepted: n})
+}
+
+// decodeOne decodes the one JSON value of a body into v and refuses
+// anything after it: a second value used to be ignored (a second batch of
+// events dropped while the answer said accepted).
+func decodeOne(dec *json.Decoder, v any) error {
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("more data after the JSON value")
+	}
+	return nil
 }
 
 // queueSelect reads tail's selection: partition (repeated or
