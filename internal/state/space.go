@@ -77,6 +77,7 @@ func (sp *space) scan(m *merge, opts flowlet.ScanOptions, over []overlay, fold f
 	slices.SortFunc(over, func(a, b overlay) int { return bytes.Compare([]byte(a.key), []byte(b.key)) })
 	m.over, m.limit = over, opts.Limit
 	m.c = newCursor(rt, sp.s, sp.prefix, opts, fold, &m.cur)
+	sp.s.scans = append(sp.s.scans, m)
 	return nil
 }
 
@@ -139,6 +140,15 @@ func (m *merge) Close() error {
 		m.c.close()
 	}
 	return nil
+}
+
+// end closes m as its step ends, if the flowlet has not: Badger panics
+// when a read view is discarded with an iterator open. It is dead after.
+func (m *merge) end() {
+	if !m.closed {
+		m.err = ErrNoTransaction
+		m.Close()
+	}
 }
 
 type errIter struct{ err error }

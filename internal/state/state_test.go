@@ -408,3 +408,40 @@ func TestMisuse(t *testing.T) {
 	}
 	st.abort()
 }
+
+// TestUnclosedIterator: a flowlet that returns without closing an
+// iterator (an early return mid-scan) must not crash the step's end:
+// Badger panics when a read view is discarded with an iterator open. The
+// iterator is dead after the step: Next is false and Err says why.
+func TestUnclosedIterator(t *testing.T) {
+	bothPaths(t, func(t *testing.T, e *env) {
+		s := e.store(t)
+		st := e.begin(t, s)
+		st.put("t", "a", "1")
+		st.add("c", "a", 1)
+		st.commit()
+		for _, end := range []func(*step){(*step).commit, (*step).abort} {
+			st = e.begin(t, s)
+			it := s.Table("t").Scan(flowlet.ScanOptions{})
+			cit := s.Counters("c").Scan(flowlet.ScanOptions{})
+			if !it.Next() || !cit.Next() {
+				t.Fatal("nothing scanned")
+			}
+			end(st) // without Close
+			if it.Next() || cit.Next() {
+				t.Fatal("an iterator of an ended step goes on")
+			}
+			if !errors.Is(it.Err(), ErrNoTransaction) || !errors.Is(cit.Err(), ErrNoTransaction) {
+				t.Fatalf("errors after the step: %v, %v", it.Err(), cit.Err())
+			}
+			if err := errors.Join(it.Close(), cit.Close()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st = e.begin(t, s)
+		if got := st.scan("t", flowlet.ScanOptions{}); got != `"a"="1" ` {
+			t.Fatalf("scan after: %s", got)
+		}
+		st.commit()
+	})
+}

@@ -24,6 +24,8 @@ type Store struct {
 
 	tx   *tx.Tx
 	rtxn *badger.Txn // lazily opened read view for the current step
+	// scans are the step's iterators on rtxn, closed at its end.
+	scans []*merge
 
 	tables   map[string]*Table
 	counters map[string]*Counters
@@ -112,6 +114,11 @@ func (s *Store) view() (*badger.Txn, error) {
 }
 
 func (s *Store) reset() {
+	for _, m := range s.scans {
+		m.end()
+	}
+	clear(s.scans)
+	s.scans = s.scans[:0]
 	if s.rtxn != nil {
 		s.rtxn.Discard()
 		s.rtxn = nil
