@@ -515,22 +515,21 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 	now := c.now() // read outside mu: a clock read is not free here
 	c.gate.RLock() // a snapshot must not fall between this change and its edit
 	defer c.gate.RUnlock()
-	c.mu.Lock()
+	m := muHeld{mu: &c.mu}
+	defer m.release()
+	m.lock()
 	st, err := c.liveAtLocked(tx, now)
 	if err != nil {
-		c.mu.Unlock()
 		return err
 	}
 	was := st.reservation()
 	if err := c.reserveKeysLocked(st, keys); err != nil {
 		st.refused = true
-		c.mu.Unlock()
 		return err
 	}
 	st.committing, st.refused = true, false
 	committing := Edit{Kind: EditCommitting, TxID: st.id, Keys: keys}
 	if c.inline {
-		defer c.mu.Unlock()
 		err := c.appendForLocked(st, committing, true)
 		if refusedWhole(err) {
 			c.unreserveLocked(st, was)
@@ -540,19 +539,36 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 	edits, starts := editsFor(nil, st, committing)
 	st.logged = true // set now: an Abort racing the write must log its ABORTED
 	sibling := c.writingLocked(st)
-	c.mu.Unlock()
+	m.unlock()
 	// Participants persist after this returns, so it must be durable: an
 	// unfinished transaction that may have persisted is invalidated on recovery.
 	_, err = c.appendLogged(edits, nil, false, sibling)
 	if refusedWhole(err) { // refused whole: no START either
-		c.mu.Lock()
+		m.lock()
 		if starts {
 			st.logged = false
 		}
 		c.unreserveLocked(st, was)
-		c.mu.Unlock()
 	}
 	return err
+}
+
+// muHeld is c.mu for a function that unlocks and locks it along the way.
+// Deferred, release unlocks it if still held: a panic under it (a log's
+// bug) must propagate with it free, or whoever recovers the panic and then
+// takes mu (a Context's abort path, to end the transaction) hangs.
+type muHeld struct {
+	mu   *sync.Mutex
+	held bool
+}
+
+func (m *muHeld) lock()   { m.mu.Lock(); m.held = true }
+func (m *muHeld) unlock() { m.held = false; m.mu.Unlock() }
+
+func (m *muHeld) release() {
+	if m.held {
+		m.unlock()
+	}
 }
 
 // reservation is what CanCommit (or a one-step commit) changes of st before
@@ -725,21 +741,20 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 		c.gate.RLock()
 		defer c.gate.RUnlock()
 	}
-	c.mu.Lock()
+	m := muHeld{mu: &c.mu}
+	defer m.release()
+	m.lock()
 	st, err := c.liveAtLocked(tx, c.nowAt(began))
 	if err != nil {
-		c.mu.Unlock()
 		return Pending{}, err
 	}
 	was := st.reservation()
 	if staged {
 		if err := c.reserveKeysLocked(st, keys); err != nil {
 			st.refused = true
-			c.mu.Unlock()
 			return Pending{}, err
 		}
 	} else if st.refused {
-		c.mu.Unlock()
 		return Pending{}, &ConflictError{TxID: st.id}
 	}
 	if c.inline {
@@ -754,7 +769,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 		} else if staged && refusedWhole(err) {
 			c.unreserveLocked(st, was)
 		}
-		c.mu.Unlock()
+		m.unlock()
 		if err == nil {
 			c.latency.observe(c.sinceOpen() - began)
 		}
@@ -762,14 +777,14 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 	}
 	st.finalizing = true
 	sibling := c.writingLocked(st)
-	c.mu.Unlock()
+	m.unlock()
 	if h := testHookCommitChecked; h != nil {
 		h()
 	}
 	// On error the outcome is unknown and the append has stopped the
 	// coordinator rather than guess.
 	pending, err := c.appendLogged([]Edit{c.committedEdit(st)}, writes, deferred, sibling)
-	c.mu.Lock()
+	m.lock()
 	if err == nil {
 		c.conflicts.commit(st.id, st.keys)
 		st.keys = nil // committed: nothing to release
@@ -781,7 +796,7 @@ func (c *Coordinator) commit(tx *Tx, keys []uint64, writes []Write, staged, defe
 			c.unreserveLocked(st, was)
 		}
 	}
-	c.mu.Unlock()
+	m.unlock()
 	if err == nil {
 		c.latency.observe(c.sinceOpen() - began)
 	}

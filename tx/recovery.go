@@ -172,21 +172,25 @@ func (c *Coordinator) Snapshot() error {
 		c.watcher.pauseGathering(true)
 		defer c.watcher.pauseGathering(false)
 	}
-	c.gate.Lock() // no commit between its log write and its finalization
-	c.mu.Lock()
-	if err := c.checkOpenLocked(); err != nil {
-		c.snapshotting.Store(false)
-		c.mu.Unlock()
-		c.gate.Unlock()
-		return err
-	}
-	write, err := c.log.Snapshot(c.stateLocked())
-	c.sinceSnap.Store(0)
-	c.mu.Unlock()
-	c.gate.Unlock()
+	write, err := c.captureSnapshot()
 	if err == nil {
 		err = write()
 	}
 	c.snapshotting.Store(false)
 	return err
+}
+
+// captureSnapshot hands the state to the log. The locks are released by
+// defer: a panic in the log must leave neither held.
+func (c *Coordinator) captureSnapshot() (write func() error, err error) {
+	c.gate.Lock() // no commit between its log write and its finalization
+	defer c.gate.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.checkOpenLocked(); err != nil {
+		return nil, err
+	}
+	write, err = c.log.Snapshot(c.stateLocked())
+	c.sinceSnap.Store(0)
+	return write, err
 }
