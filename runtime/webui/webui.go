@@ -16,12 +16,16 @@ func Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /ui/", http.StripPrefix("/ui/", files))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		// frame-ancestors/X-Frame-Options: no other page may frame the UI
-		// and trick a click on Scale, Pause or Replay (default-src does
-		// not cover framing).
-		w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
-		w.Header().Set("X-Frame-Options", "DENY")
 		http.ServeFileFS(w, r, sub, "index.html")
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// On every answer, not only "/": the file server serves the page
+		// too, at /ui/ (its directory index). frame-ancestors and
+		// X-Frame-Options: no other page may frame the UI and trick a
+		// click on Scale, Pause or Replay (default-src does not cover
+		// framing).
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+		w.Header().Set("X-Frame-Options", "DENY")
+		mux.ServeHTTP(w, r)
+	})
 }
