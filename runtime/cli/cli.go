@@ -100,7 +100,32 @@ func (g *globals) root() *cobra.Command {
 	pf.StringVar(&g.pluginCache, "plugin-cache", os.Getenv("FLOWRUN_PLUGIN_CACHE"), "where plugin package directories are built (default $FLOWRUN_PLUGIN_CACHE, else flowrun/plugins in the user cache directory, else plugins in the data directory)")
 	root.AddCommand(g.runCmd(), g.validateCmd(), g.planCmd(), g.stateCmd(), g.queueCmd(), g.dlqCmd(), g.typesCmd(),
 		g.statusCmd(), g.topCmd(), g.scaleCmd())
+	// Every command takes the log flags: a bad value is a bad command
+	// line even where nothing logs.
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		_, err := g.logger()
+		return err
+	}
+	for _, c := range root.Commands() {
+		if c.HasSubCommands() && !c.Runnable() {
+			c.RunE = unknownSubcommand
+		}
+	}
 	return root
+}
+
+// unknownSubcommand runs a command group (state, queue, dlq) given no
+// known subcommand: cobra printed the group's help and exited 0 for a
+// mistyped one ("flowrun queue tial").
+func unknownSubcommand(c *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return c.Help()
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+	if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += " (did you mean " + strings.Join(s, " or ") + "?)"
+	}
+	return &exitError{ExitUsage, errors.New(msg)}
 }
 
 func (g *globals) addJSON(c *cobra.Command) {

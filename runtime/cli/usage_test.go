@@ -30,6 +30,12 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"state", "scan", "x", "f", "-n", "-1"}, "-n/--limit must be 0 or more, not -1"},
 		{[]string{"dlq", "ls", "x", "-n", "-1"}, "-n/--limit must be 0 or more, not -1"},
 		{[]string{"plan", "--dot", "--json", app}, "[dot json] were all set"},
+		// A mistyped subcommand used to print the group's help and exit 0,
+		// and a bad log flag to pass unseen where nothing logs.
+		{[]string{"queue", "tial", "x", "q"}, `unknown command "tial" for "flowrun queue"`},
+		{[]string{"state", "scna", "x", "f"}, `unknown command "scna" for "flowrun state"`},
+		{[]string{"types", "--log-level", "loud"}, `--log-level: slog: level string "loud": unknown name`},
+		{[]string{"queue", "ls", "x", "--log-format", "xml"}, `--log-format must be text or json, not "xml"`},
 	} {
 		code, out := runCLI(t, append(tc.args, "--data", data)...)
 		if code != ExitUsage || !strings.Contains(out, tc.want) {
