@@ -14,10 +14,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
+
 	"github.com/flowrun/flowrun/queue"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/metrics"
 	"github.com/flowrun/flowrun/runtime/webui"
+	"github.com/flowrun/flowrun/tx"
 )
 
 // DefaultAddr is where `flowrun run` listens unless --http says otherwise
@@ -326,6 +329,10 @@ func fail(w http.ResponseWriter, err error) {
 		code = http.StatusConflict
 	case errors.Is(err, runtime.ErrNotRunning):
 		code = http.StatusServiceUnavailable
+	case errors.Is(err, queue.ErrClosed), errors.Is(err, tx.ErrClosed), errors.Is(err, badger.ErrDBClosed):
+		// A request still in flight when the app closed its store.
+		code = http.StatusServiceUnavailable
+		err = fmt.Errorf("%w: its store is closed (%v)", runtime.ErrNotRunning, err)
 	}
 	writeErr(w, code, err)
 }
