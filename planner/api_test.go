@@ -2,6 +2,7 @@ package planner
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -144,6 +145,31 @@ flowlets:
 	want := map[string]any{"n": 42, "qn": "42", "b": true, "f": 1.5, "null": nil, "tagged": "42"}
 	if got := plan.Flowlets[0].Config; !reflect.DeepEqual(got, want) {
 		t.Errorf("config = %#v, want %#v", got, want)
+	}
+}
+
+// A config holds only the documented Go types, and only what JSON can carry
+// (plugins and flowrun plan --json get it as JSON): a date is the text
+// written, not a time.Time; a non-finite number is an error at the value.
+func TestConfigValueTypes(t *testing.T) {
+	src := `app: x
+flowlets:
+  a:
+    type: t
+    config: {day: 2024-01-31, at: 2001-12-14t21:59:43.10-05:00, tagged: !!timestamp 2024-02-01, f: 1e3}
+`
+	plan, err := Parse("x.yaml", []byte(src), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"day": "2024-01-31", "at": "2001-12-14t21:59:43.10-05:00", "tagged": "2024-02-01", "f": 1e3}
+	if got := plan.Flowlets[0].Config; !reflect.DeepEqual(got, want) {
+		t.Errorf("config = %#v, want %#v", got, want)
+	}
+	_, err = Parse("x.yaml", []byte("app: x\nflowlets: {a: {type: t, config: {n: .nan, l: [-.inf]}}}\n"), Options{})
+	if got, want := fmt.Sprint(err), "x.yaml:2:37: config value \".nan\" is not a finite number, which JSON (the form plugins get a config in) cannot carry\n"+
+		"x.yaml:2:47: config value \"-.inf\" is not a finite number, which JSON (the form plugins get a config in) cannot carry"; got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 }
 

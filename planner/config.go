@@ -1,7 +1,9 @@
 package planner
 
 import (
+	"math"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -81,6 +83,22 @@ func (d *decoder) configValue(orig *yaml.Node, active map[*yaml.Node]bool, inAli
 		if err := n.Decode(&v); err != nil {
 			d.errs.add(d.pos(n), "invalid config value %q: %s", n.Value, strings.TrimPrefix(err.Error(), "yaml: "))
 			return nil
+		}
+		switch x := v.(type) {
+		case time.Time:
+			// A config has no timestamps (it travels to plugins as JSON);
+			// a date is the text written, as a flowlet reading a string
+			// expects.
+			return n.Value
+		case uint64:
+			// An integer beyond int64 (and within uint64): a float64, as
+			// beyond uint64 and as a plugin decodes it from JSON.
+			return float64(x)
+		case float64:
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				d.errs.add(d.pos(n), "config value %q is not a finite number, which JSON (the form plugins get a config in) cannot carry", n.Value)
+				return nil
+			}
 		}
 		return v
 	}

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -24,6 +25,8 @@ func FuzzParse(f *testing.F) {
 		"", "---", "app: x\nflowlets: {a: {type: filter}}",
 		"app: &a [*a]", "a: &a {b: *a}", "{flowlets: {a: {config: &c {x: *c}}}}",
 		"app: ${", "app: $${X}", "\t", "- - -", "? [a]\n: b",
+		"{app: x, flowlets: {a: {type: filter, config: {d: 2024-01-31, n: .nan}}}}",
+		"{app: x, flowlets: {a: {type: filter, config: {u: 18446744073709551615, d: 2024-01-31}}}}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -99,6 +102,30 @@ func checkPlan(t *testing.T, plan *Plan) {
 	if groups != len(plan.Connections) {
 		t.Fatalf("%d groups for %d connections", groups, len(plan.Connections))
 	}
+	for _, f := range plan.Flowlets {
+		checkConfigValue(t, f.Config)
+	}
+	if _, err := json.Marshal(plan); err != nil {
+		t.Fatalf("plan cannot be written as JSON: %v", err)
+	}
 	_ = plan.Text()
 	_ = plan.DOT()
+}
+
+// checkConfigValue fails unless v holds only the Go types the spec lists.
+func checkConfigValue(t *testing.T, v any) {
+	t.Helper()
+	switch v := v.(type) {
+	case nil, string, int, float64, bool:
+	case map[string]any:
+		for _, x := range v {
+			checkConfigValue(t, x)
+		}
+	case []any:
+		for _, x := range v {
+			checkConfigValue(t, x)
+		}
+	default:
+		t.Fatalf("config value %v of type %T", v, v)
+	}
 }
