@@ -26,6 +26,7 @@ type stepCtx struct {
 	writes []*pb.StateOp
 	dead   []*pb.DeadLetter
 	failed error // a read failed: the step must fail even if the flowlet ignores it
+	ended  bool  // the call returned: the flowlet kept the Context too long
 	keyed  bool  // some emit of the call has keys (key_counts is filled)
 	headed bool  // some emit has a header (event time, trace id, priority)
 	dlNext int   // where DeadLetterEvent starts looking for its event
@@ -40,6 +41,9 @@ type dlCtx struct{ *stepCtx }
 // DeadLetter moves payload to the flowlet's dead-letter queue in the step's
 // transaction, with reason (the runtime's optional Context method).
 func (c *dlCtx) DeadLetter(payload []byte, reason string) error {
+	if c.ended {
+		return flowlet.ErrStepEnded
+	}
 	c.dead = append(c.dead, &pb.DeadLetter{Payload: bytes.Clone(payload), Reason: reason})
 	return nil
 }
@@ -53,6 +57,9 @@ type dleCtx struct{ dlCtx }
 // (the runtime's optional Context method): `flowrun dlq replay` can replay
 // it. ev must be one of the step's events (matched by input and id).
 func (c *dleCtx) DeadLetterEvent(ev flowlet.Event, reason string) error {
+	if c.ended {
+		return flowlet.ErrStepEnded
+	}
 	evs := c.s.evs
 	for k := range evs {
 		i := (c.dlNext + k) % len(evs)
@@ -72,7 +79,7 @@ var (
 )
 
 func (c *stepCtx) reset(ctx context.Context, id uint64) {
-	c.Context, c.callID = ctx, id
+	c.Context, c.callID, c.ended = ctx, id, false
 	c.writes, c.dead, c.failed = nil, nil, nil
 	c.dlNext = 0
 	p := &c.packed
@@ -98,15 +105,27 @@ func (c *stepCtx) response(err error) *pb.StepResponse {
 			r.PackedEmits = &c.packed
 		}
 	}
-	c.writes, c.dead, c.Context = nil, nil, nil
+	// The call's context is dropped; one that is done stands in for it, so
+	// that a kept Context says the step is over instead of panicking.
+	c.writes, c.dead, c.Context, c.ended = nil, nil, endedContext, true
 	return r
 }
+
+// endedContext is the context.Context of a stepCtx between calls.
+var endedContext = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(flowlet.ErrStepEnded)
+	return ctx
+}()
 
 // maxKeptBuffer bounds the emit buffer kept for the next call.
 const maxKeptBuffer = 8 << 20
 
 // Emit implements flowlet.Context.
 func (c *stepCtx) Emit(output string, payload []byte, opts ...flowlet.EmitOption) error {
+	if c.ended {
+		return flowlet.ErrStepEnded
+	}
 	p := &c.packed
 	n := len(p.OutputIndex)
 	p.OutputIndex = append(p.OutputIndex, index(&p.Outputs, output))
@@ -162,10 +181,10 @@ func index(list *[]string, s string) uint32 {
 }
 
 // State implements flowlet.Context.
-func (c *stepCtx) State(name string) flowlet.Table { return table{c, name} }
+func (c *stepCtx) State(name string) flowlet.Table { return table{c, name, c.callID} }
 
 // Counters implements flowlet.Context.
-func (c *stepCtx) Counters(name string) flowlet.Counters { return counters{c, name} }
+func (c *stepCtx) Counters(name string) flowlet.Counters { return counters{c, name, c.callID} }
 
 // Name implements flowlet.Context.
 func (c *stepCtx) Name() string { return c.s.name }
@@ -195,7 +214,12 @@ func (c *stepCtx) fail(err error) error {
 	return err
 }
 
-func checkKey(key []byte) error {
+// check reports why a table or counters handle of call id cannot be used
+// with key: its call ended, or key is too long.
+func (c *stepCtx) check(id uint64, key []byte) error {
+	if c.ended || c.callID != id {
+		return flowlet.ErrStepEnded
+	}
 	if len(key) > flowlet.MaxKeySize {
 		return fmt.Errorf("flowrun plugin: key of %d bytes exceeds %d", len(key), flowlet.MaxKeySize)
 	}
@@ -205,10 +229,11 @@ func checkKey(key []byte) error {
 type table struct {
 	c    *stepCtx
 	name string
+	id   uint64 // the call that made it
 }
 
 func (t table) Get(key []byte) ([]byte, bool, error) {
-	if err := checkKey(key); err != nil {
+	if err := t.c.check(t.id, key); err != nil {
 		return nil, false, err
 	}
 	c := t.c
@@ -223,7 +248,7 @@ func (t table) Get(key []byte) ([]byte, bool, error) {
 }
 
 func (t table) Put(key, value []byte) error {
-	if err := checkKey(key); err != nil {
+	if err := t.c.check(t.id, key); err != nil {
 		return err
 	}
 	v := bytes.Clone(value)
@@ -235,7 +260,7 @@ func (t table) Put(key, value []byte) error {
 }
 
 func (t table) Delete(key []byte) error {
-	if err := checkKey(key); err != nil {
+	if err := t.c.check(t.id, key); err != nil {
 		return err
 	}
 	t.c.writes = append(t.c.writes, &pb.StateOp{Kind: pb.StateOp_DELETE, Name: t.name, Key: bytes.Clone(key)})
@@ -243,16 +268,17 @@ func (t table) Delete(key []byte) error {
 }
 
 func (t table) Scan(o flowlet.ScanOptions) flowlet.Iterator {
-	return &iter{c: t.c, name: t.name, opts: o}
+	return &iter{c: t.c, id: t.id, name: t.name, opts: o}
 }
 
 type counters struct {
 	c    *stepCtx
 	name string
+	id   uint64 // the call that made it
 }
 
 func (n counters) Add(key []byte, delta int64) error {
-	if err := checkKey(key); err != nil {
+	if err := n.c.check(n.id, key); err != nil {
 		return err
 	}
 	n.c.writes = append(n.c.writes, &pb.StateOp{Kind: pb.StateOp_ADD, Name: n.name, Key: bytes.Clone(key), Delta: delta})
@@ -260,7 +286,7 @@ func (n counters) Add(key []byte, delta int64) error {
 }
 
 func (n counters) Get(key []byte) (int64, error) {
-	if err := checkKey(key); err != nil {
+	if err := n.c.check(n.id, key); err != nil {
 		return 0, err
 	}
 	c := n.c
@@ -275,13 +301,14 @@ func (n counters) Get(key []byte) (int64, error) {
 }
 
 func (n counters) Scan(o flowlet.ScanOptions) flowlet.CounterIterator {
-	return &iter{c: n.c, name: n.name, opts: o, counters: true}
+	return &iter{c: n.c, id: n.id, name: n.name, opts: o, counters: true}
 }
 
 // iter fetches a scan from the host a page at a time; each page starts just
 // after the last key of the previous one.
 type iter struct {
 	c        *stepCtx
+	id       uint64 // the call that made it
 	name     string
 	counters bool
 	opts     flowlet.ScanOptions
@@ -323,6 +350,9 @@ func (it *iter) fetch() bool {
 }
 
 func (it *iter) Next() bool {
+	if it.err == nil {
+		it.err = it.c.check(it.id, nil)
+	}
 	if it.err != nil || it.closed || (it.opts.Limit > 0 && it.seen >= it.opts.Limit) {
 		return false
 	}

@@ -1,0 +1,111 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	"github.com/flowrun/flowrun/flowlet"
+	pb "github.com/flowrun/flowrun/proto/flowletpb"
+)
+
+// keeper keeps the Context of its last step and a table handle and an
+// iterator opened in it, as a flowlet that misuses them later would.
+type keeper struct {
+	ctx flowlet.Context
+	it  flowlet.Iterator
+}
+
+func (k *keeper) ProcessBatch(ctx flowlet.Context, _ []flowlet.Event) error {
+	k.ctx = ctx
+	k.it = ctx.State("t").Scan(flowlet.ScanOptions{})
+	return ctx.Emit("out", []byte("in the step"))
+}
+
+// fakeHost answers state reads as the host does when it is asked within
+// the step; like a gRPC client, it looks at the call's context.
+type fakeHost struct{ pb.HostClient }
+
+func (fakeHost) Get(ctx context.Context, _ *pb.GetRequest, _ ...grpc.CallOption) (*pb.GetResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return &pb.GetResponse{}, nil
+}
+
+func (fakeHost) CounterGet(ctx context.Context, _ *pb.CounterGetRequest, _ ...grpc.CallOption) (*pb.CounterGetResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return &pb.CounterGetResponse{}, nil
+}
+
+func (fakeHost) Scan(ctx context.Context, _ *pb.ScanRequest, _ ...grpc.CallOption) (*pb.ScanResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return &pb.ScanResponse{Entries: []*pb.ScanEntry{{Key: []byte("a")}, {Key: []byte("b")}}}, nil
+}
+
+// TestContextAfterStep: a Context used after its step returned (kept in a
+// field, used from Close or between steps) gives flowlet.ErrStepEnded for
+// every call instead of a nil-pointer panic in its context.Context, or an
+// emit or write that is silently dropped; nothing of it reaches the next
+// step.
+func TestContextAfterStep(t *testing.T) {
+	devnull, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	defer devnull.Close()
+	k := &keeper{}
+	s := newServer(nil, func() flowlet.Flowlet { return k }, flowlet.TypeInfo{}, devnull)
+	if _, err := s.Init(context.Background(), &pb.InitRequest{Name: "keeper", Instances: 1}); err != nil {
+		t.Fatal(err)
+	}
+	s.host = fakeHost{}
+	step := func(id uint64) *pb.StepResponse {
+		t.Helper()
+		r, err := s.ProcessBatch(context.Background(), &pb.BatchRequest{Step: &pb.StepRequest{CallId: id, DeadLetter: true, DeadLetterEvent: true}})
+		if err != nil || r.Error != nil {
+			t.Fatalf("step %d: %v %v", id, err, r.GetError())
+		}
+		return r
+	}
+	step(1)
+	ctx, it := k.ctx, k.it
+	if ctx.Err() == nil {
+		t.Error("the context of an ended step is not done")
+	}
+	tbl, cnt := ctx.State("t"), ctx.Counters("c")
+	_, _, getErr := tbl.Get([]byte("k"))
+	_, cntErr := cnt.Get([]byte("k"))
+	dl := ctx.(interface {
+		DeadLetter([]byte, string) error
+		DeadLetterEvent(flowlet.Event, string) error
+	})
+	for what, err := range map[string]error{
+		"Emit":            ctx.Emit("out", []byte("late")),
+		"Put":             tbl.Put([]byte("k"), []byte("v")),
+		"Delete":          tbl.Delete([]byte("k")),
+		"Get":             getErr,
+		"Add":             cnt.Add([]byte("k"), 1),
+		"counter Get":     cntErr,
+		"DeadLetter":      dl.DeadLetter([]byte("late"), "late"),
+		"DeadLetterEvent": dl.DeadLetterEvent(flowlet.Event{}, "late"),
+	} {
+		if !errors.Is(err, flowlet.ErrStepEnded) {
+			t.Errorf("%s after the step: %v, want ErrStepEnded", what, err)
+		}
+	}
+	fresh := tbl.Scan(flowlet.ScanOptions{})
+	for name, it := range map[string]flowlet.Iterator{"an iterator of the step": it, "a scan after it": fresh} {
+		if it.Next() || !errors.Is(it.Err(), flowlet.ErrStepEnded) {
+			t.Errorf("%s: Err %v, want ErrStepEnded", name, it.Err())
+		}
+	}
+	r := step(2)
+	if n := len(r.GetPackedEmits().GetOutputIndex()); n != 1 || len(r.Writes) != 0 || len(r.DeadLetters) != 0 {
+		t.Errorf("the next step carries %d emits, %d writes, %d dead letters; want only its own emit", n, len(r.Writes), len(r.DeadLetters))
+	}
+}
