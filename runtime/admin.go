@@ -73,6 +73,10 @@ func (a *App) Ingest(ctx context.Context, flowletName, input string, events []In
 				// The source closed: the app stopped meanwhile.
 				return 0, fmt.Errorf("%w: %w", ErrNotRunning, err)
 			}
+			if ctx.Err() == nil && frt.st.done.Load() > 0 {
+				// The source closed when it stopped (sourceStopped).
+				return 0, fmt.Errorf("%w: %q: %w", ErrSourceStopped, flowletName, err)
+			}
 			return 0, err
 		}
 		return len(events), nil

@@ -148,6 +148,8 @@ type instance struct {
 	truncDL  map[string]bool // its dead-letter record was too large: store a truncated one
 	batchErr map[string]int  // by first event: failures of a whole batch not yet isolated
 	closed   bool
+	// flowletClosed: the flowlet's Close ran (closeFlowlet).
+	flowletClosed bool
 
 	// limit: the batch size while reduced after a too-large step (0: the
 	// flowlet's batch_size); limitOK: commits since it was last reduced.
@@ -267,14 +269,26 @@ func (in *instance) close() error {
 		return nil
 	}
 	in.closed = true
-	var err error
-	if c, ok := in.f.(flowlet.Closer); ok {
-		err = safeCall(c.Close)
-	}
+	err := in.closeFlowlet()
 	if in.store != nil {
 		in.store.Close()
 	}
-	if err != nil {
+	return err
+}
+
+// closeFlowlet runs the flowlet's Close, once: when the instance closes, or
+// earlier, when a source stops while the app runs on (an http_source then
+// answers the requests waiting for it instead of leaving them to time out).
+func (in *instance) closeFlowlet() error {
+	if in.flowletClosed {
+		return nil
+	}
+	in.flowletClosed = true
+	c, ok := in.f.(flowlet.Closer)
+	if !ok {
+		return nil
+	}
+	if err := safeCall(c.Close); err != nil {
 		return fmt.Errorf("flowlet %q instance %d: close: %w", in.fl.Name, in.idx, err)
 	}
 	return nil
@@ -410,13 +424,11 @@ func (in *instance) runSource(ctx context.Context) error {
 			in.st.setErr(err)
 			serr := fmt.Errorf("source %q instance %d stopped: %w", in.fl.Name, in.idx, err)
 			a.sourceErr.CompareAndSwap(nil, &serr)
-			in.st.done.Add(1)
-			a.sourcesLeft.Add(-1)
+			in.sourceStopped()
 			return nil
 		case res == srcEnd:
 			in.logger.Info("source reached end of input")
-			in.st.done.Add(1)
-			a.sourcesLeft.Add(-1)
+			in.sourceStopped()
 			return nil
 		case res == srcIdle:
 			in.deactivate()
@@ -437,6 +449,18 @@ func (in *instance) runSource(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// sourceStopped counts a source instance that ended or gave up, and closes
+// its flowlet now rather than when the app closes: what it holds for its
+// next steps (an http_source's waiting requests, its listener) is released
+// while the rest of the app runs on.
+func (in *instance) sourceStopped() {
+	in.st.done.Add(1) // first: App.Ingest tells a closed source by it
+	in.a.sourcesLeft.Add(-1)
+	if err := in.closeFlowlet(); err != nil {
+		in.logger.Warn("closing the stopped source", "err", err)
+	}
 }
 
 type srcResult int

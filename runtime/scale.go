@@ -22,7 +22,16 @@ var (
 	// ErrScaleBusy: Scale's context ended while it waited for a scale in
 	// progress (a scale-down completing in the background, see Scale).
 	ErrScaleBusy = errors.New("a scale is still in progress")
+	// ErrSourceStopped: Ingest to a source that stopped (it gave up after
+	// its retries) while the rest of the app runs on. It is also an
+	// ErrNotRunning (errors.Is): the source does not run.
+	ErrSourceStopped error = sourceStoppedError{}
 )
+
+type sourceStoppedError struct{}
+
+func (sourceStoppedError) Error() string        { return "source has stopped" }
+func (sourceStoppedError) Is(target error) bool { return target == ErrNotRunning }
 
 // MaxScale bounds Scale: a flowlet's instances split the partitions of its
 // input queues, so more instances than partitions would sit idle.

@@ -31,8 +31,9 @@ func init() {
 // A POST body is split into events (split: lines, the default: one event per
 // non-empty line; split: body: the whole body is one event). The handler
 // answers 200 {"accepted": n} only after the step that emitted the body's
-// events committed; 503 if the app stops first, 413 when the body or a line
-// is too large. All events of one request commit in one step.
+// events committed; 503 if the app or the source (after its retries) stops
+// first, 413 when the body or a line is too large. All events of one
+// request commit in one step.
 type HTTPSource struct {
 	addr    string
 	path    string
@@ -188,8 +189,10 @@ func (s *HTTPSource) handle(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(map[string]int{"accepted": len(evs)})
 }
 
-// errClosed: the source closed before the events committed.
-var errClosed = errors.New("flowrun is shutting down; the events were not committed, send them again")
+// errClosed: the source closed before the events committed — the app
+// stops, or the source stopped after its retries (the runtime closes a
+// source that stopped while the app runs on).
+var errClosed = errors.New("the source has stopped (flowrun is shutting down, or the source gave up: see its log); the events were not committed, send them again")
 
 // Ingest implements runtime.Ingester: the events commit in one step, and
 // Ingest returns after that commit (nil), when ctx ends (ctx.Err(); the
