@@ -54,16 +54,17 @@ func (g *globals) client(appArg string, r *remote) (*httpapi.Client, error) {
 		}
 		return nil, &exitError{ExitFailure, err}
 	}
-	if info.TokenRequired && token == "" {
-		return nil, &exitError{ExitFailure, fmt.Errorf("app %q requires a bearer token: pass --token or set %s", ref.name, httpapi.TokenEnv)}
-	}
 	// http.json outlives a run killed with -9, and its address may serve
-	// another app since: check that the run is alive and is this app.
+	// another app since: check that the run is alive and is this app
+	// (before asking for a token a dead run no longer needs).
 	notRunning := func(why string) error {
 		return &exitError{ExitFailure, fmt.Errorf("app %q is not running: %s (%s is left from a run that ended)", ref.name, why, filepath.Join(dir, httpapi.AddrFile))}
 	}
 	if info.PID > 0 && !processAlive(info.PID) {
 		return nil, notRunning(fmt.Sprintf("process %d is gone", info.PID))
+	}
+	if info.TokenRequired && token == "" {
+		return nil, &exitError{ExitFailure, fmt.Errorf("app %q requires a bearer token: pass --token or set %s", ref.name, httpapi.TokenEnv)}
 	}
 	cl := &httpapi.Client{URL: info.URL, Token: token}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -68,21 +68,23 @@ func TestStaleAddrFile(t *testing.T) {
 	}))
 	defer srv.Close()
 	data := t.TempDir()
-	write := func(pid int) {
+	write := func(pid int, tokenRequired bool) {
 		t.Helper()
-		if err := httpapi.WriteAddrFile(data, httpapi.AddrInfo{URL: srv.URL, PID: pid, App: "live"}); err != nil {
+		if err := httpapi.WriteAddrFile(data, httpapi.AddrInfo{URL: srv.URL, PID: pid, App: "live", TokenRequired: tokenRequired}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	const dead = 1<<22 + 1 // above Linux's largest pid_max: never a process
 	for _, c := range []struct {
-		pid  int
-		want string
+		pid           int
+		tokenRequired bool // and none given: used to ask for one
+		want          string
 	}{
-		{dead, fmt.Sprintf("process %d is gone", dead)},
-		{os.Getpid(), srv.URL + ` serves app "other" now`},
+		{dead, false, fmt.Sprintf("process %d is gone", dead)},
+		{dead, true, fmt.Sprintf("process %d is gone", dead)},
+		{os.Getpid(), false, srv.URL + ` serves app "other" now`},
 	} {
-		write(c.pid)
+		write(c.pid, c.tokenRequired)
 		for _, args := range [][]string{{"status", "live"}, {"scale", "live", "parser", "3"}} {
 			code, out := runCLI(t, append(args, "--data", data)...)
 			if code != ExitFailure || !strings.Contains(out, `app "live" is not running: `+c.want) {
