@@ -191,6 +191,9 @@ func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 			l.siblingFailed(b)
 			return 0, err
 		}
+		if h := testHookDurabilityChecked; h != nil {
+			h()
+		}
 	}
 	l.mu.Lock()
 	others := len(l.pending) // unwaited edits of other transactions
@@ -242,6 +245,15 @@ func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 	if err != nil || !l.sync {
 		return 0, err
 	}
+	// Again now that it is written: a sync that failed since the check
+	// above (one running meanwhile, or the sync at the rotation this very
+	// write set off) leaves this record with no sync to make it durable,
+	// so it must not turn visible. Later failures find it written first:
+	// visible before its sync, as every deferred commit is.
+	if err := l.syncFailure(); err != nil {
+		l.siblingFailed(b)
+		return 0, err
+	}
 	l.smu.Lock()
 	l.done++
 	ticket := l.done
@@ -264,6 +276,10 @@ func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 	}
 	return ticket, nil
 }
+
+// testHookDurabilityChecked, set by tests, runs in a waited append of a
+// syncing log between its check for a failed sync and its write.
+var testHookDurabilityChecked func()
 
 // Durable implements DeferredLog with group commit: it returns once a sync
 // that started after the ticket's write has finished. The first waiter runs

@@ -55,21 +55,34 @@ func TestWaitOnDurableCommitAfterSyncFailure(t *testing.T) {
 // memtable rotation, which only a later sync used to report) is refused and
 // stops the coordinator: it used to be written and made visible, with its
 // Wait failing later, so steps read (and HTTP reads showed) commits that no
-// sync could make durable, until some commit waited for a sync.
+// sync could make durable, until some commit waited for a sync. The same
+// holds for a failure between the log's check and its write (a sync running
+// meanwhile, or the rotation sync the write itself sets off): the check
+// before the write alone let that one commit through.
 func TestDeferredCommitAfterSyncFailureRefused(t *testing.T) {
-	h := newSyncHeld(t)
-	l, c, tb, ctx := h.l, h.c, h.tb, h.ctx
-	failed := error(errors.New("fdatasync at rotation: input/output error"))
-	l.hooks.err.Store(&failed)
-	tx := h.start(t)
-	tb.Put("a", 1)
-	if _, err := ctx.FinishDeferred(); !errors.Is(err, ErrLogFailed) {
-		t.Fatalf("FinishDeferred after a failed sync = %v, want ErrLogFailed", err)
-	}
-	if _, err := c.StartShort(1e9); !errors.Is(err, ErrLogFailed) {
-		t.Fatalf("start after the refused commit = %v, want ErrLogFailed", err)
-	}
-	if c.ReadPointer() >= tx.WritePointer {
-		t.Fatal("the refused deferred commit became visible")
+	for _, between := range []bool{false, true} {
+		name := map[bool]string{false: "failed before", true: "failed between check and write"}[between]
+		t.Run(name, func(t *testing.T) {
+			h := newSyncHeld(t)
+			l, c, tb, ctx := h.l, h.c, h.tb, h.ctx
+			failed := error(errors.New("fdatasync at rotation: input/output error"))
+			if between {
+				testHookDurabilityChecked = func() { l.hooks.err.Store(&failed) }
+				t.Cleanup(func() { testHookDurabilityChecked = nil })
+			} else {
+				l.hooks.err.Store(&failed)
+			}
+			tx := h.start(t)
+			tb.Put("a", 1)
+			if _, err := ctx.FinishDeferred(); !errors.Is(err, ErrLogFailed) {
+				t.Fatalf("FinishDeferred after a failed sync = %v, want ErrLogFailed", err)
+			}
+			if _, err := c.StartShort(1e9); !errors.Is(err, ErrLogFailed) {
+				t.Fatalf("start after the refused commit = %v, want ErrLogFailed", err)
+			}
+			if c.ReadPointer() >= tx.WritePointer {
+				t.Fatal("the refused deferred commit became visible")
+			}
+		})
 	}
 }
