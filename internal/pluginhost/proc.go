@@ -416,6 +416,10 @@ type logWriter struct {
 
 const tailLines = 30
 
+// maxLogLine bounds a line of the plugin's stderr: a longer one is logged
+// in pieces, so that output without newlines cannot grow the buffer.
+const maxLogLine = 64 << 10
+
 func newLogWriter(l *slog.Logger) *logWriter { return &logWriter{logger: l} }
 
 // syncWriter is the stream go-plugin copies the plugin's os.Stdout and
@@ -431,30 +435,36 @@ func (lw *logWriter) sync() *syncWriter { return &syncWriter{lw: lw} }
 func (w *syncWriter) Write(b []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.buf = append(w.buf, b...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			break
-		}
-		w.lw.line(string(w.buf[:i]))
-		w.buf = w.buf[i+1:]
+	var lines []string
+	lines, w.buf = splitLines(append(w.buf, b...))
+	for _, l := range lines {
+		w.lw.line(l)
 	}
 	return len(b), nil
 }
 
+// splitLines returns the complete lines of buf, and pieces of maxLogLine
+// bytes of a longer one, and what is left of buf.
+func splitLines(buf []byte) (lines []string, rest []byte) {
+	for {
+		i := bytes.IndexByte(buf, '\n')
+		switch {
+		case i >= 0 && i <= maxLogLine:
+			lines = append(lines, string(buf[:i]))
+			buf = buf[i+1:]
+		case len(buf) >= maxLogLine:
+			lines = append(lines, string(buf[:maxLogLine]))
+			buf = buf[maxLogLine:]
+		default:
+			return lines, buf
+		}
+	}
+}
+
 func (lw *logWriter) Write(b []byte) (int, error) {
 	lw.mu.Lock()
-	lw.buf = append(lw.buf, b...)
 	var lines []string
-	for {
-		i := bytes.IndexByte(lw.buf, '\n')
-		if i < 0 {
-			break
-		}
-		lines = append(lines, string(lw.buf[:i]))
-		lw.buf = lw.buf[i+1:]
-	}
+	lines, lw.buf = splitLines(append(lw.buf, b...))
 	lw.mu.Unlock()
 	for _, l := range lines {
 		lw.line(l)
