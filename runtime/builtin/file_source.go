@@ -334,7 +334,7 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 		}
 		if errors.Is(err, io.EOF) {
 			eof = true
-			if !complete && n > 0 && s.follow {
+			if !complete && (n > 0 || len(s.line) > 0) && s.follow {
 				// A partial last line while following: wait for its "\n".
 				s.initialized = false
 				break
@@ -344,7 +344,7 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 		if p.skipping {
 			// Inside a too-long line: drop bytes up to its "\n".
 			p.off = s.pos
-			if complete || (eof && !s.follow && n > 0) {
+			if complete || (eof && !s.follow) {
 				p.skipping = false
 			}
 			if eof {
@@ -352,7 +352,10 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 			}
 			continue
 		}
-		if n == 0 && eof {
+		// At the end, a last line without "\n" may be collected already:
+		// its bytes filled the reader's buffer exactly, and the end of the
+		// file came with none.
+		if n == 0 && eof && len(s.line) == 0 {
 			break
 		}
 		body := chunk

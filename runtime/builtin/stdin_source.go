@@ -87,7 +87,9 @@ func (s *StdinSource) read() {
 			}
 		}
 		atEOF := errors.Is(err, io.EOF)
-		if complete || (atEOF && len(chunk) > 0) {
+		// A last line without "\n" may end where a full buffer did: the
+		// end of input then comes with no bytes.
+		if complete || (atEOF && (len(chunk) > 0 || len(line) > 0 || tooLong)) {
 			s.mu.Lock()
 			if tooLong {
 				s.dead = append(s.dead, line)

@@ -1,0 +1,98 @@
+package builtin
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/flowlet/flowlettest"
+)
+
+// A last line without "\n" whose bytes end exactly where the reader's
+// buffer fills (256 KiB for a file, 64 KiB for stdin, or a multiple) came
+// as a full buffer and then an end of file with no bytes: both sources
+// dropped the line they had collected — silently, the file source at
+// every try.
+func TestLastLineAtBufferSize(t *testing.T) {
+	for _, n := range []int{64 << 10, 256 << 10, 512 << 10} {
+		last := strings.Repeat("z", n)
+		input := "a\nb\n" + last
+		want := []string{"a", "b", last}
+
+		in := filepath.Join(t.TempDir(), "in.txt")
+		writeFile(t, in, input)
+		ctx := flowlettest.New("src")
+		got, err := drainSource(t, ctx, openSource(t, ctx, in, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameLines(got, want) {
+			t.Errorf("file_source, last line of %d bytes: %d lines, last of %d bytes; want 3, the last of %d", n, len(got), len(got[len(got)-1]), n)
+		}
+
+		ctx = flowlettest.New("stdin")
+		s := &StdinSource{in: strings.NewReader(input)}
+		if err := ctx.Init(s, nil); err != nil {
+			t.Fatal(err)
+		}
+		got = nil
+		for {
+			ctx.Reset()
+			err := ctx.Generate(s)
+			got = append(got, ctx.Emits("out")...)
+			if errors.Is(err, flowlet.ErrEndOfInput) {
+				break
+			}
+			if err != nil && !errors.Is(err, flowlet.ErrIdle) {
+				t.Fatal(err)
+			}
+			if errors.Is(err, flowlet.ErrIdle) {
+				<-s.Ready()
+			}
+		}
+		if !sameLines(got, want) {
+			t.Errorf("stdin_source, last line of %d bytes: %d lines; want 3, the last of %d bytes", n, len(got), n)
+		}
+	}
+}
+
+func sameLines(got, want []string) bool {
+	return strings.Join(got, "\n") == strings.Join(want, "\n")
+}
+
+// The same for a last line too long for max_line_bytes: it is
+// dead-lettered and over at the end of the file, so a line appended later
+// is read (it was taken for the rest of the long line and skipped when the
+// long line's bytes ended exactly at a full buffer).
+func TestTooLongLastLineAtBufferSize(t *testing.T) {
+	for _, n := range []int{256 << 10, 256<<10 + 1} {
+		in := filepath.Join(t.TempDir(), "in.txt")
+		writeFile(t, in, "a\n"+strings.Repeat("z", n))
+		ctx := flowlettest.New("src")
+		open := func() *FileSource {
+			s := &FileSource{}
+			if err := ctx.Init(s, map[string]any{"path": in, "max_line_bytes": 1000}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}
+		got, err := drainSource(t, ctx, open())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameLines(got, []string{"a"}) || len(ctx.DeadLetters()) != 1 {
+			t.Fatalf("last line of %d bytes: lines %q, %d dead letters; want a and 1", n, got, len(ctx.DeadLetters()))
+		}
+		writeFile(t, in, "a\n"+strings.Repeat("z", n)+"b\n")
+		got, err = drainSource(t, ctx, open())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameLines(got, []string{"b"}) {
+			t.Errorf("last line of %d bytes, then b appended: lines %.20q; want b", n, got)
+		}
+	}
+}
