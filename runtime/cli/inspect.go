@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -198,7 +199,7 @@ func printable(b []byte) string {
 	if utf8.Valid(b) {
 		ok := true
 		for _, r := range string(b) {
-			if r < 0x20 || r == 0x7f {
+			if !unicode.IsPrint(r) { // C0 and C1 controls, DEL, format characters
 				ok = false
 				break
 			}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -310,10 +311,16 @@ func writeStatus(w io.Writer, st runtime.Status, url string) {
 		st.Tx.Committed, st.Tx.Aborted, st.Tx.Conflicts, st.Tx.EmptySteps, st.Tx.InProgress, st.Tx.CommitP50, st.Tx.CommitP99)
 }
 
+// truncate shortens an error for one line of a table: printable (an error
+// may carry a payload's escape sequences to the terminal), cut at a
+// character's start.
 func truncate(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ")
+	s = printable([]byte(strings.ReplaceAll(s, "\n", " ")))
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"unicode/utf8"
 
+	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/httpapi"
 )
 
@@ -126,5 +128,23 @@ func TestStatusPausedOrPausing(t *testing.T) {
 	}
 	if strings.Contains(lines["running"], "paus") {
 		t.Errorf("a running flowlet shown as paused:\n%s", out)
+	}
+}
+
+// A flowlet's last error (user code's text, often with a payload in it)
+// reaches the operator's terminal escaped: raw, an ESC or a C1 control in it
+// drove the terminal, and a cut in the middle of a character left invalid
+// UTF-8.
+func TestLastErrorEscaped(t *testing.T) {
+	for _, lastErr := range []string{"bad line \x1b]0;owned\x07\x1b[2J", "bad line \u009b31m", "bad line " + strings.Repeat("é", 40)} {
+		st := runtime.Status{App: "a", Flowlets: []runtime.FlowletStatus{{Name: "f", Type: "t", Failed: 1, LastError: lastErr}}}
+		var status, summary strings.Builder
+		writeStatus(&status, st, "http://x")
+		printSummary(&summary, st, nil)
+		for what, out := range map[string]string{"status": status.String(), "summary": summary.String(), "printable": printable([]byte(lastErr))} {
+			if strings.ContainsAny(out, "\x1b\x07\u009b") || !utf8.ValidString(out) || !strings.Contains(out, "bad line") {
+				t.Errorf("%s of %q: control characters, invalid UTF-8 or no error in\n%q", what, lastErr, out)
+			}
+		}
 	}
 }

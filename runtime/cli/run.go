@@ -360,7 +360,7 @@ func printSummary(w io.Writer, st runtime.Status, runErr error) {
 	writeTable(w, st)
 	for _, f := range st.Flowlets {
 		if f.LastError != "" {
-			fmt.Fprintf(w, "%s: last error: %s\n", f.Name, f.LastError)
+			fmt.Fprintf(w, "%s: last error: %s\n", f.Name, printable([]byte(f.LastError)))
 		}
 	}
 }
