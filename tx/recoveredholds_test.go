@@ -18,30 +18,7 @@ import (
 // committed too (a lost update).
 func TestRecoveredCommittersShareNoKey(t *testing.T) {
 	dir := t.TempDir()
-	l, err := OpenFileLog(dir, FileLogOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := l.Recover(); err != nil {
-		t.Fatal(err)
-	}
-	key := xxhash.Sum64String("k")
-	expires := time.Now().Add(time.Hour).UnixNano()
-	for _, e := range []Edit{
-		{Kind: EditReserve, Pointer: 1 << 20},
-		{Kind: EditStart, TxID: 1, TxKind: Short, Expires: expires},
-		{Kind: EditCommitting, TxID: 1, Keys: []uint64{key}},
-		// tx 1's ABORTED lost
-		{Kind: EditStart, TxID: 2, TxKind: Short, Expires: expires},
-		{Kind: EditCommitting, TxID: 2, Keys: []uint64{key}},
-	} {
-		if err := l.Append(&Batch{Edits: []Edit{e}, Wait: true}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	logCommittersOfOneKey(t, dir, 1, 2) // tx 1's ABORTED lost
 	c := openFileCoord(t, dir, Options{})
 	c.mu.Lock()
 	var holder, loser uint64
@@ -65,5 +42,61 @@ func TestRecoveredCommittersShareNoKey(t *testing.T) {
 	}
 	if err := c.CanCommit(other, [][]byte{[]byte("k")}); err != nil {
 		t.Fatal(err) // nothing committed k since it started
+	}
+}
+
+// logCommittersOfOneKey writes a FileLog in dir in which the transactions
+// ids, in that order, start and pass CanCommit with the same change key "k",
+// none of them ending: their ABORTED or INVALID hints were lost.
+func logCommittersOfOneKey(t *testing.T, dir string, ids ...uint64) {
+	t.Helper()
+	l, err := OpenFileLog(dir, FileLogOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Recover(); err != nil {
+		t.Fatal(err)
+	}
+	key := xxhash.Sum64String("k")
+	expires := time.Now().Add(time.Hour).UnixNano()
+	edits := []Edit{{Kind: EditReserve, Pointer: 1 << 20}}
+	for _, id := range ids {
+		edits = append(edits,
+			Edit{Kind: EditStart, TxID: id, TxKind: Short, Expires: expires},
+			Edit{Kind: EditCommitting, TxID: id, Keys: []uint64{key}})
+	}
+	for _, e := range edits {
+		if err := l.Append(&Batch{Edits: []Edit{e}, Wait: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Of recovered committers that name the same key, the oldest (lowest
+// pointer) holds it, at every recovery of the same log. Which one held it
+// used to follow Go's map order, so two recoveries of one log could pick
+// different transactions.
+func TestRecoveredCommittersOldestHolds(t *testing.T) {
+	dir := t.TempDir()
+	logCommittersOfOneKey(t, dir, 5, 3, 9, 7, 1)
+	for round := range 4 {
+		c := openFileCoord(t, dir, Options{})
+		c.mu.Lock()
+		var holders []uint64
+		for id, st := range c.inProgress {
+			if len(st.keys) > 0 {
+				holders = append(holders, id)
+			}
+		}
+		c.mu.Unlock()
+		if len(holders) != 1 || holders[0] != 1 {
+			t.Fatalf("recovery %d: holders %v, want only the oldest committer, 1", round, holders)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

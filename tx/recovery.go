@@ -60,7 +60,13 @@ func (c *Coordinator) restore(s *State, edits []Edit) {
 	c.nextPointer = max(c.nextPointer, c.reserved)
 	c.reserved = c.nextPointer // the next start reserves a fresh block
 	c.ordered = c.ordered[:0]
-	for _, st := range c.inProgress {
+	ids := make([]uint64, 0, len(c.inProgress))
+	for id := range c.inProgress {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // the oldest committer of a shared key holds it, at every recovery
+	for _, id := range ids {
+		st := c.inProgress[id]
 		c.ordered = append(c.ordered, st.allPointers()...)
 		st.recovered = true
 		if st.committing {
