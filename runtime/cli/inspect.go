@@ -533,7 +533,7 @@ func (g *globals) queueCmd() *cobra.Command {
 			for _, e := range es {
 				ks := ""
 				for _, kv := range e.Keys {
-					ks += " " + kv.Name + "=" + printable([]byte(kv.Value))
+					ks += " " + printable([]byte(kv.Name)) + "=" + printable([]byte(kv.Value))
 				}
 				fmt.Fprintf(g.stdout, "%s%s\t%s\n", e.ID, ks, printable(e.Payload.Raw()))
 			}

@@ -85,3 +85,24 @@ connections:
 		t.Errorf("dlq ls cnt: exit %d\n%s", code, out)
 	}
 }
+
+// queue tail prints key names as it prints their values: printable (a key
+// name with an escape sequence went to the terminal raw).
+func TestQueueTailEscapesKeyNames(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	app := writeApp(t, dir, "app.yaml", `app: esc
+flowlets:
+  gen: {type: generator, config: {count: 1, payload: "p{seq}", keys: {"k\e[2J": "v"}}}
+  cnt: {type: clitest_counts}
+connections:
+  - {from: gen, to: cnt}
+`)
+	if code, out := runCLI(t, "run", "--drain", "--progress", "never", "--no-sync", "--http", "off", "--data", data, app); code != 0 {
+		t.Fatalf("run: exit %d\n%s", code, out)
+	}
+	code, stdout, stderr := runCLI2(t, "queue", "tail", "--data", data, app, "gen.out")
+	if code != 0 || strings.Contains(stdout, "\x1b") || !strings.Contains(stdout, `"k\x1b[2J"=v`) {
+		t.Fatalf("queue tail: exit %d\nstdout: %q\nstderr: %s", code, stdout, stderr)
+	}
+}
