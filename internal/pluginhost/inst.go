@@ -564,9 +564,8 @@ func (in *inst) emitPacked(ctx flowlet.Context, p *pb.PackedEmits) error {
 				k++
 			}
 		}
-		if len(p.EventTimes) > 0 {
-			opts = headers(opts, p.EventTimes[i], p.TraceIds[i], p.Priorities[i])
-		}
+		// Each header column is per emit or empty, independently.
+		opts = headers(opts, at(p.EventTimes, i), at(p.TraceIds, i), at(p.Priorities, i))
 		in.opts = opts
 		if err := ctx.Emit(p.Outputs[o], p.Payloads[pe:end:end], opts...); err != nil {
 			return err
@@ -574,6 +573,15 @@ func (in *inst) emitPacked(ctx flowlet.Context, p *pb.PackedEmits) error {
 		pe = end
 	}
 	return nil
+}
+
+// at returns column[i], or the zero value when the column is empty.
+func at[T any](column []T, i int) T {
+	var zero T
+	if len(column) == 0 {
+		return zero
+	}
+	return column[i]
 }
 
 // deadLetterer is the runtime's optional Context method (runtime.DeadLetterer).
