@@ -144,9 +144,6 @@ type instance struct {
 	borrow   bool
 	batchBuf []flowlet.Event
 	next     int // round-robin start over inputs
-	isolate  map[string]bool
-	truncDL  map[string]bool // its dead-letter record was too large: store a truncated one
-	batchErr map[string]int  // by first event: failures of a whole batch not yet isolated
 	closed   bool
 	// flowletClosed: the flowlet's Close ran (closeFlowlet).
 	flowletClosed bool
@@ -162,14 +159,11 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 	f := frt.fl
 	in := &instance{
 		a: a, frt: frt, fl: f, typ: frt.typ, st: frt.st, idx: idx,
-		logger:   a.log.With("flowlet", f.Name, "instance", idx),
-		outs:     map[string]*route{},
-		final:    make(chan chan struct{}, 1),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
-		isolate:  map[string]bool{},
-		truncDL:  map[string]bool{},
-		batchErr: map[string]int{},
+		logger: a.log.With("flowlet", f.Name, "instance", idx),
+		outs:   map[string]*route{},
+		final:  make(chan chan struct{}, 1),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 	in.f = frt.typ.New()
 	if err := flowlet.Check(in.f, frt.typ.Info); err != nil {
@@ -763,14 +757,10 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 			in.retryWait(ctx, in.backoff(n))
 			continue
 		}
-		failing := !in.frt.fails.empty()
-		for _, e := range evs {
-			if failing {
+		if !in.frt.fails.empty() {
+			for _, e := range evs {
 				in.frt.fails.forget(e.id)
 			}
-			delete(in.isolate, e.id)
-			delete(in.truncDL, e.id)
-			delete(in.batchErr, e.id)
 		}
 		in.committedAtLimit()
 		in.st.processed.Add(uint64(len(evs)))
@@ -960,7 +950,7 @@ func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait tim
 	if len(live) == 0 {
 		return false, 0
 	}
-	if in.batch != nil && !in.isolate[live[0].id] {
+	if in.batch != nil && !(failing && in.frt.fails.get(live[0].id).isolate) {
 		batch := in.batchSlice(len(live))
 		for i := range live {
 			batch[i] = live[i].ev
@@ -988,16 +978,15 @@ func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait tim
 			return false, in.backoff(n)
 		}
 		in.st.failed.Add(1)
-		if !perm && in.batchErr[live[0].id] == 0 {
+		if !perm && !in.frt.fails.get(live[0].id).batchFailed {
 			// A transient failure (a plugin process that was killed, a
 			// timeout) is likely to pass: retry the whole batch once
 			// before processing it event by event.
-			in.batchErr[live[0].id]++
+			in.frt.fails.update(live[0].id, func(f *failure) { f.batchFailed = true })
 			return false, in.backoff(1)
 		}
-		delete(in.batchErr, live[0].id)
 		for _, e := range live {
-			in.isolate[e.id] = true
+			in.frt.fails.update(e.id, func(f *failure) { f.isolate = true })
 		}
 		return true, 0
 	}
@@ -1075,7 +1064,8 @@ func (in *instance) logFailure(err error, events int) {
 }
 
 func (in *instance) deadLetter(sc *stepCtx, e *inEvent, reason string) {
-	attempts := in.frt.fails.get(e.id).attempts
+	f := in.frt.fails.get(e.id)
+	attempts := f.attempts
 	if e.dead != nil {
 		attempts += e.dead.Attempts
 	}
@@ -1084,7 +1074,7 @@ func (in *instance) deadLetter(sc *stepCtx, e *inEvent, reason string) {
 		Time: time.Now(), Keys: e.ev.Keys, EventTime: e.ev.EventTime, TraceID: e.ev.TraceID,
 		Payload: e.ev.Payload,
 	}
-	if in.truncDL[e.id] {
+	if f.truncDL {
 		truncateDeadLetter(&d)
 	}
 	d.Payload = append([]byte(nil), d.Payload...)

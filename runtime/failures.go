@@ -10,6 +10,10 @@ import (
 // its instances: with fifo any instance may take an event another one
 // failed, and the retry budget (retries.max + 1 attempts, then the
 // dead-letter queue) and the backoff are the event's, not the instance's.
+// The same holds for what is known of a failed batch (retried once,
+// isolated) and of a dead-letter record too large to write. Whichever
+// instance commits the event forgets it: a partition that moved to another
+// instance (Scale, fifo) leaves nothing behind on the one that failed it.
 // It is in memory: a restart counts afresh (specs/guarantees.md).
 type failureLog struct {
 	mu sync.Mutex
@@ -24,6 +28,12 @@ type failure struct {
 	last     string    // the last attempt's error
 	perm     bool      // failed with a permanent error: dead-letter at once
 	retryAt  time.Time // not before: the backoff after the last attempt
+	// batchFailed: a whole batch starting with this event failed and is
+	// retried once as a batch; isolate: run it event by event (the event
+	// was in a batch that failed again).
+	batchFailed, isolate bool
+	// truncDL: its dead-letter record was too large: store a truncated one.
+	truncDL bool
 }
 
 func newFailureLog() *failureLog { return &failureLog{m: map[string]*failure{}} }
@@ -65,6 +75,19 @@ func (l *failureLog) setPerm(id string, perm bool) {
 		l.m[id] = &failure{perm: true}
 		l.n.Add(1)
 	}
+}
+
+// update changes event id's record, adding it if need be.
+func (l *failureLog) update(id string, change func(*failure)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := l.m[id]
+	if f == nil {
+		f = &failure{}
+		l.m[id] = f
+		l.n.Add(1)
+	}
+	change(f)
 }
 
 // empty reports whether no event is failing (without the lock).

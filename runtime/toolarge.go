@@ -140,8 +140,8 @@ func (in *instance) tooLargeStep(sc *stepCtx, evs []inEvent, err error) (redo bo
 		return true, nil
 	}
 	// The step was the event's dead-letter record alone.
-	if !in.truncDL[id] {
-		in.truncDL[id] = true
+	if !in.frt.fails.get(id).truncDL {
+		in.frt.fails.update(id, func(f *failure) { f.truncDL = true })
 		in.logger.Warn("dead-letter record too large for one atomic write: the event is dead-lettered with a truncated record",
 			"input", evs[0].ev.Input, "id", evs[0].ev.ID, "payload_bytes", len(evs[0].ev.Payload))
 		return true, nil
