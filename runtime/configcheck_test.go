@@ -60,7 +60,7 @@ connections:
 		`:11:16: flowlet "out": type file_sink runs as a single instance`,
 		`:13:36: flowlet "o2": config field "foo": unknown field (this flowlet takes no config)`,
 		`:14:34: flowlet "g2": config field "payload": bad {mod:N} in "x{mod:0}"`,
-		`:15:34: flowlet "g3": config field "rate": want a finite number, got +Inf`,
+		`:15:40: config value ".inf" is not a finite number`, // the planner's (since 4b9018c)
 		`:16:36: flowlet "h2": config field "path": want a clean URL path`,
 		`:17:36: flowlet "h3": config field "max_body_bytes": must be at least 1, got 0`,
 		`:18:36: flowlet "out2": config field "path": must not be empty`,
