@@ -257,8 +257,8 @@ func (s *Server) auth(next http.Handler) http.Handler {
 				return
 			}
 			got := ""
-			if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-				got = strings.TrimSpace(h[len("Bearer "):])
+			if scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") { // case-insensitive (RFC 9110 §11.1)
+				got = strings.TrimSpace(cred)
 			} else if c, err := r.Cookie(cookieName); err == nil {
 				got = c.Value
 			}

@@ -190,6 +190,20 @@ func TestTokenAuth(t *testing.T) {
 	if code, b := do(t, "GET", ts.URL+"/ping", tok, ""); code != 200 || strings.TrimSpace(string(b)) != "pong" {
 		t.Errorf("GET /ping with the token: %d %q", code, b)
 	}
+	// The scheme is case-insensitive (RFC 9110 §11.1): "bearer" used to
+	// get a 401.
+	for _, scheme := range []string{"bearer", "BEARER"} {
+		req, _ := http.NewRequest("GET", ts.URL+"/ping", nil)
+		req.Header.Set("Authorization", scheme+" "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("GET /ping with %q: %d, want 200", scheme+" TOKEN", resp.StatusCode)
+		}
+	}
 	// The UI's way in: /?token= sets a cookie and redirects.
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := client.Get(ts.URL + "/?token=" + tok)
