@@ -177,7 +177,7 @@ func (l *BadgerLog) Append(b *Batch) error {
 	if err != nil || ticket == 0 {
 		return err
 	}
-	return l.Durable(ticket)
+	return l.durable(ticket, !b.closing)
 }
 
 // AppendDeferred implements DeferredLog: Append without the sync. The ticket
@@ -272,7 +272,7 @@ func (l *BadgerLog) AppendDeferred(b *Batch) (uint64, error) {
 	l.smu.Unlock()
 	if l.hooks == nil {
 		// Not safe to show before its sync (see SyncHooks).
-		return 0, l.Durable(ticket)
+		return 0, l.durable(ticket, !b.closing)
 	}
 	return ticket, nil
 }
@@ -285,7 +285,11 @@ var testHookDurabilityChecked func()
 // that started after the ticket's write has finished. The first waiter runs
 // it for everyone written so far; the rest wait for it (or for the next one)
 // instead of syncing themselves.
-func (l *BadgerLog) Durable(ticket uint64) error {
+func (l *BadgerLog) Durable(ticket uint64) error { return l.durable(ticket, true) }
+
+// durable is Durable; counted says whether a sync it runs counts in
+// Stats.LogSyncs (not Close's).
+func (l *BadgerLog) durable(ticket uint64, counted bool) error {
 	if ticket == 0 {
 		return nil
 	}
@@ -301,7 +305,7 @@ func (l *BadgerLog) Durable(ticket uint64) error {
 			continue
 		}
 		l.syncing = true
-		if l.syncer != nil {
+		if l.syncer != nil && counted {
 			l.syncs++
 		}
 		l.gatherLocked()
@@ -513,14 +517,14 @@ func (l *BadgerLog) Snapshot(s *State) (func() error, error) {
 // Close writes pending edits and syncs every commit written, deferred ones
 // included. It does not close the DB, which its owner shares.
 func (l *BadgerLog) Close() error {
-	err := l.Append(&Batch{Wait: true})
+	err := l.Append(&Batch{Wait: true, closing: true})
 	if err == nil && l.sync {
 		// Deferred commits nobody waited for: durable before Close returns
 		// (and a later Pending.Wait finds them synced).
 		l.smu.Lock()
 		last := l.done
 		l.smu.Unlock()
-		err = l.Durable(last)
+		err = l.durable(last, false)
 	}
 	if l.syncer != nil {
 		l.syncer.close()

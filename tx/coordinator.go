@@ -265,7 +265,7 @@ func (c *Coordinator) Close() error {
 	c.gate.Lock() // no commit in flight from here on
 	defer c.gate.Unlock()
 	if c.log != nil {
-		err := c.log.Append(&Batch{Wait: true})
+		err := c.log.Append(&Batch{Wait: true, closing: true})
 		return errors.Join(err, c.log.Close())
 	}
 	return nil

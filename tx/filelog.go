@@ -282,7 +282,7 @@ func (l *FileLog) Append(b *Batch) error {
 		if l.seg == nil { // closed under us without syncing this
 			return errors.New("tx: file log: closed")
 		}
-		l.syncLocked()
+		l.syncLocked(!b.closing)
 	}
 	return nil
 }
@@ -346,7 +346,8 @@ func (l *FileLog) rollLocked() error {
 
 // syncLocked writes what is pending and syncs it, dropping the lock during
 // the sync so that others can queue up behind it: N waiters share one sync.
-func (l *FileLog) syncLocked() {
+// counted: the sync counts in Stats.LogSyncs (not Close's flush).
+func (l *FileLog) syncLocked(counted bool) {
 	l.writeLocked()
 	if l.err != nil {
 		return
@@ -356,7 +357,9 @@ func (l *FileLog) syncLocked() {
 		from = 0
 	}
 	l.flushing = true
-	l.syncs++
+	if counted {
+		l.syncs++
+	}
 	l.mu.Unlock()
 	err := seg.sync(from, to)
 	l.mu.Lock()

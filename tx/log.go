@@ -61,8 +61,10 @@ type Batch struct {
 	// gathering log may hold its sync back for them (BadgerLog's gathering);
 	// appends made under the coordinator's lock are not. sibling: the writer
 	// was counted as a sibling until it began this write, and the log counts
-	// the write as in flight until it lands (siblingWatcher).
-	patient, sibling bool
+	// the write as in flight until it lands (siblingWatcher). closing:
+	// Close's flush, whose sync is no group sync for commits (not counted
+	// in Stats.LogSyncs).
+	patient, sibling, closing bool
 }
 
 // State is the coordinator's recoverable state, as held in a snapshot.

@@ -25,8 +25,8 @@ type Stats struct {
 	NextPointer  uint64
 	// LogSyncs counts the group syncs a durable log ran for waiting commits
 	// (each shared by every commit it covered: Committed ÷ LogSyncs is about
-	// the group size; a BadgerLog's syncs at memtable rotation and Close are
-	// not counted).
+	// the group size; the syncs Close runs, a FileLog's at a segment roll
+	// and a BadgerLog's at memtable rotation are not counted).
 	LogSyncs uint64
 	// LogGathers counts syncs a BadgerLog held back for transactions about to
 	// commit; LogGathersJoined those that some commit joined.
