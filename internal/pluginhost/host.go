@@ -95,11 +95,12 @@ type Plugin struct {
 	bin     string // the executable: the cache's for a built plugin
 	exe     string // what processes start: bin, or a hard link of it in sockDir
 	built   bool   // bin is in the build cache
-	// stopFresh ends keepFresh (nil: processes start from a link).
-	stopFresh chan struct{}
-	sockDir   string // holds each process's PLUGIN_UNIX_SOCKET_DIR (proc.go)
-	opts      Options
-	info      *pb.TypeInfo
+	// stopFresh ends keepFresh, which closes freshDone as it returns (nil:
+	// processes start from a link).
+	stopFresh, freshDone chan struct{}
+	sockDir              string // holds each process's PLUGIN_UNIX_SOCKET_DIR (proc.go)
+	opts                 Options
+	info                 *pb.TypeInfo
 
 	mu     sync.Mutex
 	spare  *proc // the process Open described the type with, for the first instance
@@ -153,16 +154,19 @@ func Open(ctx context.Context, flowletName, path, appDir string, opts Options) (
 		// fails; a copy there would cost RAM and may not run (noexec), so
 		// the host keeps the entry fresh instead while it is open.
 		own := filepath.Join(p.sockDir, filepath.Base(p.bin))
-		if os.Link(p.bin, own) == nil {
+		if linkFile(p.bin, own) == nil {
 			p.exe = own
 		} else {
-			p.stopFresh = make(chan struct{})
-			go keepFresh(p.bin, usedRefresh, p.stopFresh)
+			p.stopFresh, p.freshDone = make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(p.freshDone)
+				keepFresh(p.bin, usedRefresh, p.stopFresh)
+			}()
 		}
 	}
 	pr, err := p.start(ctx, 0)
 	if err != nil {
-		os.RemoveAll(p.sockDir)
+		p.abandon()
 		return nil, err
 	}
 	dctx, cancel := context.WithTimeout(ctx, opts.CallTimeout)
@@ -170,17 +174,20 @@ func Open(ctx context.Context, flowletName, path, appDir string, opts Options) (
 	info, err := pr.client.Describe(dctx, &pb.DescribeRequest{})
 	if err != nil {
 		pr.kill()
-		os.RemoveAll(p.sockDir)
+		p.abandon()
 		return nil, &StartError{Flowlet: flowletName, Path: path, Err: fmt.Errorf("describe: %w%s", err, pr.tail())}
 	}
 	if !info.Process && !info.Generate && !info.Tick {
 		pr.kill()
-		os.RemoveAll(p.sockDir)
+		p.abandon()
 		return nil, &StartError{Flowlet: flowletName, Path: path, Err: errors.New("the plugin's flowlet implements none of Process, ProcessBatch, Generate and Tick")}
 	}
 	p.info, p.spare = info, pr
 	return p, nil
 }
+
+// linkFile is os.Link (a test makes it fail, as across file systems).
+var linkFile = os.Link
 
 // Binary is the plugin's executable (in the build cache for a package
 // directory).
@@ -301,8 +308,16 @@ func (p *Plugin) Close() error {
 	for _, in := range live {
 		in.kill()
 	}
+	return p.abandon()
+}
+
+// abandon releases what Open set up besides processes: the goroutine that
+// keeps the cache entry fresh (waiting for it to end) and the socket
+// directory.
+func (p *Plugin) abandon() error {
 	if p.stopFresh != nil {
 		close(p.stopFresh)
+		<-p.freshDone
 		p.stopFresh = nil
 	}
 	return os.RemoveAll(p.sockDir)
