@@ -464,8 +464,21 @@ func (it *iter) Next() bool {
 	it.pos++
 	return true
 }
-func (it *iter) Key() []byte   { return []byte(it.items[it.pos-1].key) }
-func (it *iter) Value() []byte { return it.items[it.pos-1].value }
-func (it *iter) Count() int64  { return it.items[it.pos-1].count }
+// cur is the current entry: empty before the first Next, as in the runtime.
+func (it *iter) cur() item {
+	if it.pos == 0 {
+		return item{}
+	}
+	return it.items[it.pos-1]
+}
+
+func (it *iter) Key() []byte {
+	if it.pos == 0 {
+		return nil
+	}
+	return []byte(it.cur().key)
+}
+func (it *iter) Value() []byte { return it.cur().value }
+func (it *iter) Count() int64  { return it.cur().count }
 func (it *iter) Err() error    { return nil }
 func (it *iter) Close() error  { return nil }

@@ -149,3 +149,18 @@ func TestRuntimeParity(t *testing.T) {
 		t.Fatalf("dead letters %+v", dls)
 	}
 }
+
+// As in the runtime, an iterator's Key, Value and Count before the first
+// Next are empty, not an index-out-of-range panic.
+func TestIteratorBeforeNext(t *testing.T) {
+	ctx := New("c")
+	ctx.State("t").Put([]byte("k"), []byte("v"))
+	ctx.Counters("n").Add([]byte("k"), 1)
+	it, cit := ctx.State("t").Scan(flowlet.ScanOptions{}), ctx.Counters("n").Scan(flowlet.ScanOptions{})
+	if it.Key() != nil || it.Value() != nil || cit.Key() != nil || cit.Count() != 0 {
+		t.Fatal("an iterator before Next has a current entry")
+	}
+	if !it.Next() || string(it.Key()) != "k" || string(it.Value()) != "v" || !cit.Next() || cit.Count() != 1 {
+		t.Fatal("the scan lost the entry")
+	}
+}

@@ -369,8 +369,16 @@ func (it *iter) Next() bool {
 	return true
 }
 
-func (it *iter) Key() []byte   { return it.page[it.pos-1].Key }
-func (it *iter) Value() []byte { return it.page[it.pos-1].Value }
-func (it *iter) Count() int64  { return it.page[it.pos-1].Count }
+// cur is the current entry: empty before the first Next, as in the runtime.
+func (it *iter) cur() *pb.ScanEntry {
+	if it.pos == 0 {
+		return &pb.ScanEntry{}
+	}
+	return it.page[it.pos-1]
+}
+
+func (it *iter) Key() []byte   { return it.cur().Key }
+func (it *iter) Value() []byte { return it.cur().Value }
+func (it *iter) Count() int64  { return it.cur().Count }
 func (it *iter) Err() error    { return it.err }
 func (it *iter) Close() error  { it.closed = true; return nil }

@@ -109,3 +109,19 @@ func TestContextAfterStep(t *testing.T) {
 		t.Errorf("the next step carries %d emits, %d writes, %d dead letters; want only its own emit", n, len(r.Writes), len(r.DeadLetters))
 	}
 }
+
+// An iterator's Key, Value and Count before the first Next are empty, as
+// in the runtime, not an index-out-of-range panic (which the SDK would
+// turn into a failed step).
+func TestIteratorBeforeNext(t *testing.T) {
+	s := newServer(nil, func() flowlet.Flowlet { return &keeper{} }, flowlet.TypeInfo{}, nil)
+	s.host = fakeHost{}
+	ctx := s.begin(context.Background(), &pb.StepRequest{CallId: 1})
+	it, cit := ctx.State("t").Scan(flowlet.ScanOptions{}), ctx.Counters("n").Scan(flowlet.ScanOptions{})
+	if it.Key() != nil || it.Value() != nil || cit.Key() != nil || cit.Count() != 0 {
+		t.Fatal("an iterator before Next has a current entry")
+	}
+	if !it.Next() || string(it.Key()) != "a" {
+		t.Fatalf("first key %q", it.Key())
+	}
+}
