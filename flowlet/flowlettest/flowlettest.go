@@ -464,6 +464,7 @@ func (it *iter) Next() bool {
 	it.pos++
 	return true
 }
+
 // cur is the current entry: empty before the first Next, as in the runtime.
 func (it *iter) cur() item {
 	if it.pos == 0 {
