@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,6 +66,8 @@ type Server struct {
 	ln  net.Listener
 	srv *http.Server
 
+	cookie string // the login cookie's value for Token
+
 	stMu   sync.Mutex
 	st     runtime.Status
 	stTime time.Time
@@ -122,6 +126,12 @@ func New(a *runtime.App, cfg Config) (*Server, error) {
 		cfg.StatusMaxAge = 500 * time.Millisecond
 	}
 	s := &Server{a: a, cfg: cfg, log: cfg.Logger}
+	if cfg.Token != "" {
+		// Not the token itself: a cookie value cannot hold every
+		// character a token may have (';', '"', non-ASCII are dropped).
+		sum := sha256.Sum256([]byte("flowrun cookie\x00" + cfg.Token))
+		s.cookie = hex.EncodeToString(sum[:])
+	}
 	s.h = s.routes()
 	return s, nil
 }
@@ -252,17 +262,19 @@ func (s *Server) auth(next http.Handler) http.Handler {
 			// The UI: "/?token=T" sets a cookie and redirects, so the token
 			// leaves the address bar and the page's requests carry it.
 			if q := r.URL.Query().Get("token"); q != "" && r.Method == http.MethodGet && r.URL.Path == "/" && equal(q, tok) {
-				http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+				http.SetCookie(w, &http.Cookie{Name: cookieName, Value: s.cookie, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
 				http.Redirect(w, r, "/", http.StatusSeeOther)
 				return
 			}
-			got := ""
-			if scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") { // case-insensitive (RFC 9110 §11.1)
-				got = strings.TrimSpace(cred)
+			ok := false
+			if scheme, cred, isAuth := strings.Cut(r.Header.Get("Authorization"), " "); isAuth && strings.EqualFold(scheme, "Bearer") { // case-insensitive (RFC 9110 §11.1)
+				cred = strings.TrimSpace(cred)
+				ok = cred != "" && equal(cred, tok)
 			} else if c, err := r.Cookie(cookieName); err == nil {
-				got = c.Value
+				// The login's cookie, or the token itself set by hand.
+				ok = c.Value != "" && (equal(c.Value, s.cookie) || equal(c.Value, tok))
 			}
-			if got == "" || !equal(got, tok) {
+			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="flowrun"`)
 				writeErr(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
 				return
