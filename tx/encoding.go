@@ -62,9 +62,12 @@ func encodeState(s *State) []byte {
 		b = binary.AppendUvarint(b, t.ID)
 		b = append(b, byte(t.Kind))
 		b = binary.AppendVarint(b, t.Expires)
-		if t.Committing {
+		switch { // one byte: 0 in progress, 1 committing, 2 committing but refused
+		case t.Committing && t.Refused:
+			b = append(b, 2)
+		case t.Committing:
 			b = append(b, 1)
-		} else {
+		default:
 			b = append(b, 0)
 		}
 		b = binenc.AppendUvarints(b, t.Pointers)
@@ -87,7 +90,9 @@ func decodeState(b []byte) (*State, error) {
 	s.Invalid = r.Uvarints()
 	n := r.Count(4)
 	for i := 0; i < n && r.Err() == nil; i++ {
-		t := InProgressTx{ID: r.Uvarint(), Kind: Kind(r.Byte()), Expires: r.Varint(), Committing: r.Byte() == 1}
+		t := InProgressTx{ID: r.Uvarint(), Kind: Kind(r.Byte()), Expires: r.Varint()}
+		committing := r.Byte()
+		t.Committing, t.Refused = committing == 1 || committing == 2, committing == 2
 		t.Pointers = r.Uvarints()
 		t.Keys = r.Uint64s()
 		s.InProgress = append(s.InProgress, t)

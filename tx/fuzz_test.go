@@ -25,8 +25,9 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add(edits)
 	f.Add(encodeState(&State{NextPointer: 10, ReadPointer: 9, Invalid: []uint64{3},
-		InProgress: []InProgressTx{{ID: 5, Kind: Long, Pointers: []uint64{6}, Committing: true, Keys: []uint64{42}}},
-		Committed:  []CommittedKey{{Key: 1, Pointer: 2}}}))
+		InProgress: []InProgressTx{{ID: 5, Kind: Long, Pointers: []uint64{6}, Committing: true, Keys: []uint64{42}},
+			{ID: 7, Kind: Short, Committing: true, Refused: true}},
+		Committed: []CommittedKey{{Key: 1, Pointer: 2}}}))
 	f.Add(appendFrame(nil, edits))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {

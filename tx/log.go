@@ -89,7 +89,10 @@ type InProgressTx struct {
 	Expires    int64
 	Pointers   []uint64 // checkpoint pointers after ID
 	Committing bool
-	Keys       []uint64
+	// Refused: committing, but its Commit is refused until a CanCommit
+	// passes (it could not hold its keys again; see Coordinator.Commit).
+	Refused bool
+	Keys    []uint64
 }
 
 // CommittedKey is a change key and the pointer at which it last committed.

@@ -100,3 +100,26 @@ func TestRecoveredCommittersOldestHolds(t *testing.T) {
 		}
 	}
 }
+
+// A recovered committer refused for a key another holds stays refused
+// across a snapshot and a restart. The snapshot recorded it as committing
+// with no keys and forgot the refusal, so after the next restart its Commit
+// went through with its key (its data persisted before the first crash)
+// never entering the conflict index: the lost update that
+// TestRecoveredCommittersShareNoKey guards, one restart later.
+func TestRecoveredRefusalSurvivesSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	logCommittersOfOneKey(t, dir, 1, 2)
+	c := openFileCoord(t, dir, Options{})
+	if err := c.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c = openFileCoord(t, dir, Options{})
+	defer c.Close()
+	if err := c.Commit(&Tx{ID: 2}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("commit of the refused recovered committer after a snapshot and a restart = %v, want ErrConflict", err)
+	}
+}

@@ -21,6 +21,9 @@ func (c *Coordinator) stateLocked() *State {
 		s.InProgress = append(s.InProgress, InProgressTx{
 			ID: st.id, Kind: st.kind, Expires: st.expires,
 			Pointers: slices.Clone(st.pointers), Committing: st.committing, Keys: st.keys,
+			// Kept: a refused committer's keys may be gone (another holds
+			// them), and its Commit must not go through after a restart.
+			Refused: st.committing && st.refused,
 		})
 	}
 	return s
@@ -50,6 +53,7 @@ func (c *Coordinator) restore(s *State, edits []Edit) {
 			c.inProgress[t.ID] = &txState{
 				id: t.ID, kind: t.Kind, expires: t.Expires, logged: true,
 				pointers: slices.Clone(t.Pointers), committing: t.Committing, keys: t.Keys,
+				refused: t.Refused,
 			}
 		}
 	}
@@ -115,7 +119,7 @@ func (c *Coordinator) replay(e Edit) {
 		}
 	case EditCommitting:
 		if st, ok := c.inProgress[e.TxID]; ok {
-			st.committing = true
+			st.committing, st.refused = true, false // a CanCommit passed
 			st.keys = e.Keys
 		}
 	case EditCommitted:
