@@ -206,25 +206,10 @@ func TestTokenAuth(t *testing.T) {
 		}
 	}
 	// The UI's way in: /?token= sets a cookie and redirects.
+	if code := cookieLogin(t, ts.URL, tok); code != 200 {
+		t.Errorf("status with the cookie: %d", code)
+	}
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := client.Get(ts.URL + "/?token=" + tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 || !resp.Cookies()[0].HttpOnly {
-		t.Fatalf("/?token=: %d cookies %v", resp.StatusCode, resp.Cookies())
-	}
-	req, _ := http.NewRequest("GET", ts.URL+"/api/v1/status", nil)
-	req.AddCookie(resp.Cookies()[0])
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Errorf("status with the cookie: %d", resp.StatusCode)
-	}
 	if resp, err := client.Get(ts.URL + "/?token=wrong"); err != nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("/?token=wrong: %v %v", resp.StatusCode, err)
 	}
@@ -577,23 +562,31 @@ func TestCookieLoginAnyToken(t *testing.T) {
 	a, _ := openApp(t, appYAML)
 	for _, tok := range []string{"plain-t0ken", `sem;colon"quote\back`, "pässwörd-ünicode"} {
 		ts := serve(t, a, httpapi.Config{Token: tok})
-		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		resp, err := client.Get(ts.URL + "/?token=" + url.QueryEscape(tok))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 {
-			t.Fatalf("token %q: /?token=: %d cookies %v", tok, resp.StatusCode, resp.Cookies())
-		}
-		req, _ := http.NewRequest("GET", ts.URL+"/ping", nil)
-		req.AddCookie(resp.Cookies()[0])
-		if resp, err = http.DefaultClient.Do(req); err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Errorf("token %q: /ping with the login's cookie: %d, want 200", tok, resp.StatusCode)
+		if code := cookieLogin(t, ts.URL, tok); code != 200 {
+			t.Errorf("token %q: status with the login's cookie: %d, want 200", tok, code)
 		}
 	}
+}
+
+// cookieLogin logs in as the UI does (/?token=: a redirect setting an
+// HttpOnly cookie) and answers the status code of /api/v1/status with that
+// cookie.
+func cookieLogin(t *testing.T, base, tok string) int {
+	t.Helper()
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Get(base + "/?token=" + url.QueryEscape(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 || !resp.Cookies()[0].HttpOnly {
+		t.Fatalf("/?token=: %d cookies %v", resp.StatusCode, resp.Cookies())
+	}
+	req, _ := http.NewRequest("GET", base+"/api/v1/status", nil)
+	req.AddCookie(resp.Cookies()[0])
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
