@@ -349,6 +349,19 @@ func (p *Plugin) putSpare(pr *proc) {
 	}
 }
 
+// adopt makes pr in's process unless the plugin was closed meanwhile:
+// Close kills the processes its instances have, so one that started
+// during Close must not be kept. It reports whether in has pr.
+func (p *Plugin) adopt(in *inst, pr *proc) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	in.setProc(pr)
+	return true
+}
+
 func (p *Plugin) forget(in *inst) {
 	p.mu.Lock()
 	delete(p.live, in)

@@ -271,7 +271,10 @@ func (in *inst) ensure(ctx context.Context) (*proc, error) {
 		// call timeout bounds each of them).
 		in.p.opts.Logger.Warn("plugin step channel unavailable; steps go over the gRPC stream", "flowlet", in.name, "instance", in.idx, "error", err)
 	}
-	in.setProc(pr)
+	if !in.p.adopt(in, pr) {
+		pr.kill()
+		return nil, &StartError{Flowlet: in.name, Path: in.p.path, Err: errors.New("the plugin was closed while the instance's process started")}
+	}
 	return pr, nil
 }
 

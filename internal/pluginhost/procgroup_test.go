@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowrun/flowrun/flowlet/flowlettest"
 	"github.com/flowrun/flowrun/internal/pluginhost"
 )
 
@@ -179,4 +180,46 @@ func TestBuildNoModule(t *testing.T) {
 		t.Fatalf("want a BuildError saying how to require flowrun, got %v", err)
 	}
 	t.Log(err)
+}
+
+// TestCloseDuringInstanceStart: a Plugin closed while an instance's
+// process is starting (here in the plugin's Init) kills that process once
+// the start returns, instead of handing it to the instance after Close
+// (nothing would kill it then); the instance's Init fails.
+func TestCloseDuringInstanceStart(t *testing.T) {
+	dir := t.TempDir()
+	started, gate := filepath.Join(dir, "started"), filepath.Join(dir, "gate")
+	for _, fifo := range []string{started, gate} {
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := pluginhost.Open(context.Background(), "late", "testplugin", "testdata", options(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := p.New()
+	initErr := make(chan error, 1)
+	go func() {
+		initErr <- flowlettest.New("late").Init(f, map[string]any{"init_started": started, "init_gate": gate})
+	}()
+	b, err := os.ReadFile(started) // the plugin is in Init
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if err := os.WriteFile(gate, nil, 0); err != nil { // Init may return
+		t.Fatal(err)
+	}
+	if err := <-initErr; err == nil {
+		t.Error("an instance started on a closed plugin")
+	}
+	if got := f.(interface{ PID() int }).PID(); got != 0 {
+		t.Errorf("the instance holds process %d after Close", got)
+	}
+	waitGone(t, pid)
 }

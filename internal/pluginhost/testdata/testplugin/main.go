@@ -29,6 +29,18 @@ func (f *testFlowlet) Init(ic flowlet.InitContext) error {
 	if fail, _ := ic.Config.Bool("fail_init", false); fail {
 		return errors.New("init refused by config")
 	}
+	// init_started and init_gate are FIFOs: Init writes its pid to the
+	// first, then waits until the gate is written and closed, so that a
+	// test can act while an Init is in progress.
+	if started, _ := ic.Config.String("init_started", ""); started != "" {
+		if err := os.WriteFile(started, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			return err
+		}
+		gate, _ := ic.Config.String("init_gate", "")
+		if _, err := os.ReadFile(gate); err != nil {
+			return err
+		}
+	}
 	f.name, f.inst = ic.Name, ic.Instance
 	ic.Logger.Info("initialized", "prefix", f.prefix)
 	return nil
