@@ -135,6 +135,15 @@ non-loopback address needs a bearer token (--http-token or
 				if err := planner.CheckListenAddr(httpAddr); err != nil {
 					return rs.settingError("--http", rs.httpPos, "runtime.http", err)
 				}
+				// A bad token is not the address's mistake (nor the app
+				// file's, which never holds a token).
+				if err := httpapi.CheckToken(httpToken); err != nil {
+					from := "--http-token"
+					if !cmd.Flags().Changed("http-token") {
+						from = "$" + httpapi.TokenEnv
+					}
+					return &exitError{ExitUsage, fmt.Errorf("%s: %w", from, err)}
+				}
 				if err := httpapi.CheckConfig(hcfg); err != nil {
 					return rs.settingError("--http", rs.httpPos, "runtime.http", err)
 				}

@@ -112,6 +112,18 @@ connections:
 	if code != 0 {
 		t.Fatalf("--http over the file's address: exit %d\n%s", code, out)
 	}
+	// A short token is the token's mistake, named by where it came from
+	// (it was blamed on the file's http field, or on --http).
+	t.Setenv("FLOWRUN_HTTP_TOKEN", "short")
+	code, out = run(file)
+	if want := "$FLOWRUN_HTTP_TOKEN: want at least 8 characters"; code != ExitUsage || !strings.Contains(out, want) {
+		t.Fatalf("a short token in the environment: exit %d, want 2 and %q\n%s", code, want, out)
+	}
+	t.Setenv("FLOWRUN_HTTP_TOKEN", "")
+	code, out = run(app(""), "--http-token", "short")
+	if want := "--http-token: want at least 8 characters"; code != ExitUsage || !strings.Contains(out, want) {
+		t.Fatalf("a short --http-token: exit %d, want 2 and %q\n%s", code, want, out)
+	}
 	code, out = run(app(""), "--http", "0.0.0.0:0")
 	if code != ExitUsage || !strings.Contains(out, "--http: ") {
 		t.Fatalf("non-loopback --http without a token: exit %d, want 2\n%s", code, out)

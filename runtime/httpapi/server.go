@@ -104,8 +104,17 @@ func CheckConfig(cfg Config) error {
 	if !IsLoopback(addr) && cfg.Token == "" {
 		return fmt.Errorf("%w: %s", ErrTokenRequired, addr)
 	}
-	if cfg.Token != "" && (strings.TrimSpace(cfg.Token) != cfg.Token || len(cfg.Token) < MinTokenLen) {
-		return fmt.Errorf("http token: want at least %d characters without leading or trailing spaces (a blank or short token guards nothing)", MinTokenLen)
+	if err := CheckToken(cfg.Token); err != nil {
+		return fmt.Errorf("http token: %w", err)
+	}
+	return nil
+}
+
+// CheckToken refuses a token that guards nothing: blank, padded or shorter
+// than MinTokenLen. No token ("") is not its business (CheckConfig).
+func CheckToken(token string) error {
+	if token != "" && (strings.TrimSpace(token) != token || len(token) < MinTokenLen) {
+		return fmt.Errorf("want at least %d characters without leading or trailing spaces (a blank or short token guards nothing)", MinTokenLen)
 	}
 	return nil
 }
