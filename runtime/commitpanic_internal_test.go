@@ -2,8 +2,6 @@ package runtime
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/flowrun/flowrun/tx"
@@ -24,28 +22,14 @@ func (panicParticipant) Rollback() error       { return nil }
 // sink.
 func openBacklogApp(t *testing.T) *App {
 	t.Helper()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "app.yaml")
-	if err := os.WriteFile(path, []byte(`
+	return openYAML(t, `
 app: cpanic
 flowlets:
   gen: {type: generator, config: {count: 10}}
   sink: {type: t_take}
 connections:
   - {from: gen, to: sink}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p, err := ParseFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := Open(p, Options{DataDir: filepath.Join(dir, "data"), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	return a
+`, Options{NoSync: true})
 }
 
 // mustPanic runs fn and fails the test unless it panicked.

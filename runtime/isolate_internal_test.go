@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -62,27 +60,14 @@ func TestIsolationForgottenWhenCommittedElsewhere(t *testing.T) {
 			break
 		}
 	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "app.yaml")
-	if err := os.WriteFile(path, []byte(`
+	a := openYAML(t, `
 app: iso
 flowlets:
   gen: {type: generator, config: {count: 4, batch: 4, payload: "e{seq}", keys: {k: "`+key+`"}}}
   b: {type: t_fails_on_0, batch_size: 16, retries: {max: 3, backoff: 1ms, max_backoff: 1ms}}
 connections:
   - {from: gen, to: b, strategy: hash, key: k, partitions: 2}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p, err := ParseFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := Open(p, Options{DataDir: filepath.Join(dir, "data"), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+`, Options{NoSync: true})
 	entered, open := isolateGate.Hold(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

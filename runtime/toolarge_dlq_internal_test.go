@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -37,34 +36,21 @@ const dlqBigPayload = 20000 // bytes of x before the sequence number
 // Run's error and the data directory.
 func runDLQApp(t *testing.T, fault func(*stepCtx) error) (*App, string, error) {
 	t.Helper()
-	dir := t.TempDir()
-	yaml := fmt.Sprintf(`
+	data := filepath.Join(t.TempDir(), "data")
+	a := openYAML(t, fmt.Sprintf(`
 app: dlqbig
 flowlets:
   gen: {type: generator, config: {count: 6, batch: 6, payload: "%s{seq}"}}
   sink: {type: t_refuse_3, retries: {max: 2, backoff: 1ms}}
 connections:
   - {from: gen, to: sink}
-`, strings.Repeat("x", dlqBigPayload))
-	path := filepath.Join(dir, "app.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p, err := ParseFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := filepath.Join(dir, "data")
-	a, err := Open(p, Options{DataDir: data, Drain: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+`, strings.Repeat("x", dlqBigPayload)), Options{DataDir: data, Drain: true})
 	a.commitFault = fault
 	// A hang detector, not a timing assertion: before the fix the sink
 	// retried the dead-letter step forever.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	err = a.Run(ctx)
+	err := a.Run(ctx)
 	if ctx.Err() != nil {
 		t.Fatalf("the app neither drained nor stopped: %+v", a.Status())
 	}

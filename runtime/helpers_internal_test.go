@@ -1,0 +1,32 @@
+package runtime
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// openYAML plans the app file text yaml and opens it (not running) on a
+// data directory of its own (opts.DataDir, if empty); the app is closed
+// when the test ends.
+func openYAML(t *testing.T, yaml string, opts Options) *App {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := ParseFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.DataDir == "" {
+		opts.DataDir = filepath.Join(dir, "data")
+	}
+	a, err := Open(p, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
