@@ -1177,62 +1177,65 @@ func (e *errGaveUp) Unwrap() error { return e.err }
 
 func (in *instance) ownStep(ctx context.Context, what string, fn func(*stepCtx) error) error {
 	tries := 0
+	var gaveUp error // a tick's last failure, after its retries: the step is its dead-letter record
 	for {
 		sc, err := in.start(ctx)
 		if err != nil {
 			return err
 		}
-		ferr := safeCall(func() error { return fn(sc) })
-		if ferr == nil {
-			ferr = sc.emitErr
-		}
-		if ferr != nil {
-			in.rollback()
-			if ctx.Err() != nil {
+		if gaveUp != nil {
+			sc.dead = append(sc.dead, DeadLetter{Flowlet: in.fl.Name, Input: what, Error: gaveUp.Error(), Attempts: tries, Time: time.Now()})
+		} else {
+			err = safeCall(func() error { return fn(sc) })
+			if err == nil {
+				err = sc.emitErr
+			}
+			switch {
+			case err != nil:
+				in.rollback()
+				if ctx.Err() != nil {
+					return nil
+				}
+			case sc.empty():
+				in.resetRoutes()
+				if in.txc.Abort(nil) == nil { // a timed-out step counts as such
+					in.a.emptySteps.Add(1)
+				}
 				return nil
 			}
-			tries++
-			in.logFailure(fmt.Errorf("%s: %w", what, ferr), 0)
-			in.st.failed.Add(1)
-			if tries <= in.fl.Retry.Max && !flowlet.IsPermanent(ferr) {
-				in.retryWait(ctx, in.backoff(tries))
+		}
+		if err == nil {
+			var conflict bool
+			if conflict, err = in.finish(sc); conflict {
 				continue
 			}
-			if what == "publish" {
-				return &errGaveUp{fmt.Errorf("flowlet %q instance %d: publish failed after %d attempts: %w", in.fl.Name, in.idx, tries, ferr)}
-			}
-			// Give up on this tick: record it, commit the record.
-			if sc, err = in.start(ctx); err != nil {
+			if err != nil && fatalErr(err) {
 				return err
 			}
-			sc.dead = append(sc.dead, DeadLetter{Flowlet: in.fl.Name, Input: what, Error: ferr.Error(), Attempts: tries, Time: time.Now()})
-		}
-		if sc.empty() {
-			in.resetRoutes()
-			if in.txc.Abort(nil) == nil { // a timed-out step counts as such
-				in.a.emptySteps.Add(1)
+			if err != nil && isTooLarge(err) {
+				err = in.tooLarge(sc, 0, err)
 			}
-			return nil
-		}
-		conflict, err := in.finish(sc)
-		if conflict {
-			continue
-		}
-		if err != nil && fatalErr(err) {
-			return err
-		}
-		if err != nil && isTooLarge(err) {
-			err = in.tooLarge(sc, 0, err)
-		}
-		if err != nil {
-			tries++
-			in.logFailure(fmt.Errorf("%s: %w", what, err), 0)
-			if tries > in.fl.Retry.Max {
+			if err == nil {
 				return nil
 			}
+			if gaveUp != nil {
+				// Even the record did not commit: the next tick comes as usual.
+				in.logFailure(fmt.Errorf("%s: dead-letter record: %w", what, err), 0)
+				return nil
+			}
+		}
+		// The step failed: fn, or the commit of what it did (a step
+		// timeout, too large), which is no less a failure of the step.
+		tries++
+		in.logFailure(fmt.Errorf("%s: %w", what, err), 0)
+		in.st.failed.Add(1)
+		if tries <= in.fl.Retry.Max && !flowlet.IsPermanent(err) {
 			in.retryWait(ctx, in.backoff(tries))
 			continue
 		}
-		return nil
+		if what == "publish" {
+			return &errGaveUp{fmt.Errorf("flowlet %q instance %d: publish failed after %d attempts: %w", in.fl.Name, in.idx, tries, err)}
+		}
+		gaveUp = err // give up on this tick: record it, commit the record
 	}
 }
