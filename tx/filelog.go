@@ -330,16 +330,18 @@ func (l *FileLog) writeFrameLocked(payload []byte) bool {
 	return true
 }
 
-// rollLocked moves to a new segment, syncing the full one first in Sync mode.
+// rollLocked moves to a new segment, syncing the full one first in Sync mode:
+// before the next one exists, since recovery takes damage before the last
+// segment for corruption, not for a torn tail that was never acknowledged.
 func (l *FileLog) rollLocked() error {
 	old := l.seg
-	if err := l.openSegment(l.seq + 1); err != nil {
-		return err
-	}
 	if l.sync {
 		if err := old.sync(0, old.off); err != nil {
 			return err
 		}
+	}
+	if err := l.openSegment(l.seq + 1); err != nil {
+		return err
 	}
 	return old.close()
 }

@@ -91,8 +91,14 @@ func (s *segment) sync(from, to int) error {
 	if to <= from {
 		return nil
 	}
+	if h := testHookSegmentSync; h != nil {
+		h(s.f.Name())
+	}
 	return unix.Fdatasync(int(s.f.Fd()))
 }
+
+// testHookSegmentSync, set by tests, sees each segment sync's file.
+var testHookSegmentSync func(path string)
 
 func (s *segment) close() error {
 	s.prefaults.Wait() // no madvise may outlive the map
