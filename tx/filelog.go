@@ -167,8 +167,10 @@ func (l *FileLog) Recover() (*State, []Edit, error) {
 		off := 0
 		for off < len(b) {
 			if zeroHeader(b[off:]) {
-				off = len(b) // the preallocated, never written rest
-				break
+				if allZero(b[off:]) {
+					off = len(b) // the preallocated, never written rest
+				}
+				break // else zeros where a frame starts, data after: damage
 			}
 			payload, size, ok := nextFrame(b[off:])
 			if !ok {

@@ -153,3 +153,71 @@ func TestMissingSegmentRefused(t *testing.T) {
 		}
 	}
 }
+
+// Zeros where a frame should start, with frames after them, are damage (a
+// page lost to a power failure, or overwritten): before the last segment
+// recovery refuses with ErrCorrupt, as for any other damage there; in the
+// last one it is a torn tail (a sync that never finished), cut so that the
+// next recovery does not find it before the last segment. Zeros were taken
+// for the never-written rest of the segment wherever they were, so recovery
+// skipped the rest of that segment silently and replayed the later ones:
+// lost commits, and INVALIDs whose data then turned visible.
+func TestZeroedFrameIsDamage(t *testing.T) {
+	for _, last := range []bool{false, true} {
+		dir := t.TempDir()
+		l, err := OpenFileLog(dir, FileLogOptions{SegmentSize: 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Open(Options{Log: l, ExpiryInterval: -1, SnapshotEvery: 1 << 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		commitN(t, c, 2000)
+		crash(c)
+		segs, _ := filepath.Glob(filepath.Join(dir, "wal-*.log"))
+		if len(segs) < 3 {
+			t.Fatalf("segments %v", segs)
+		}
+		seg := segs[0]
+		if last {
+			seg = segs[len(segs)-1]
+		}
+		b, _ := os.ReadFile(seg)
+		// The third frame's header, with frames after it.
+		off := 0
+		for range 2 {
+			_, size, ok := nextFrame(b[off:])
+			if !ok {
+				t.Fatalf("%s does not parse", seg)
+			}
+			off += size
+		}
+		f, _ := os.OpenFile(seg, os.O_WRONLY, 0)
+		f.WriteAt(make([]byte, 8), int64(off))
+		f.Close()
+		l2, _ := OpenFileLog(dir, FileLogOptions{Sync: true, SegmentSize: 4096})
+		c2, err := Open(Options{Log: l2, ExpiryInterval: -1})
+		if !last {
+			if err == nil {
+				c2.Close()
+				t.Fatal("opened with a zeroed frame before the last segment")
+			}
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), filepath.Base(seg)) {
+				t.Fatalf("zeroed frame before the last segment: %v, want ErrCorrupt naming %s", err, filepath.Base(seg))
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("zeroed frame in the last segment (a torn tail): %v", err)
+		}
+		commitN(t, c2, 1)
+		c2.Close()
+		l3, _ := OpenFileLog(dir, FileLogOptions{Sync: true, SegmentSize: 4096})
+		c3, err := Open(Options{Log: l3, ExpiryInterval: -1})
+		if err != nil {
+			t.Fatalf("the recovery after the torn tail's: %v", err)
+		}
+		c3.Close()
+	}
+}

@@ -110,8 +110,20 @@ func (s *segment) close() error {
 	return err
 }
 
+// allZero reports whether b holds only zeros: the preallocated part of a
+// segment that was never written.
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // zeroHeader reports whether b starts with an all-zero frame header: the
-// preallocated part of a segment that was never written.
+// preallocated part of a segment that was never written, if all of the rest
+// is zero too (allZero).
 func zeroHeader(b []byte) bool {
 	if len(b) < 8 {
 		return true
