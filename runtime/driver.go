@@ -743,11 +743,23 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 				continue
 			}
 		}
+		if err != nil && errors.Is(err, tx.ErrNotInProgress) {
+			err = fmt.Errorf("the step's transaction ended before its commit: it ran longer than step_timeout (%v): %w", in.a.opts.StepTimeout, err)
+			if len(evs) > 1 {
+				// One slow event is not its batch's failure: redo with
+				// half the events, as for a step too large, down to the
+				// one whose step times out alone (then its failure).
+				in.logger.Warn("step timed out: redone with fewer events", "err", err, "events", len(evs))
+				in.st.setErr(err)
+				in.shrink(len(evs))
+				continue
+			}
+		}
 		if err != nil {
 			if fatalErr(err) {
 				return 0, err
 			}
-			// Timed out: a failure of every event.
+			// A failure of every event (a step of one that timed out).
 			in.logger.Warn("step commit failed", "err", err, "events", len(evs))
 			in.st.setErr(err)
 			n := 0
