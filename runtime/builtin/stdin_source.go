@@ -19,8 +19,10 @@ func init() {
 }
 
 // StdinSource emits each line of standard input (without "\n") on "out".
-// A background reader collects lines; a step emits those available and
-// keeps them until the step commits (an aborted step emits them again).
+// A background reader collects lines, two steps' worth ahead at most (the
+// rest waits in the pipe: back-pressure reaches the writer); a step emits
+// those available and keeps them until the step commits (an aborted step
+// emits them again).
 // Lines read but not committed when the process dies are lost: standard
 // input cannot be re-read (specs/guarantees.md).
 type StdinSource struct {
@@ -30,13 +32,19 @@ type StdinSource struct {
 
 	mu       sync.Mutex
 	pending  [][]byte
+	aheadB   int // bytes of pending and dead
 	inflight [][]byte
 	dead     [][]byte // too-long line prefixes
 	deadIn   [][]byte
 	eof      bool
 	err      error
 	ready    chan struct{}
+	room     chan struct{} // a step took lines: the reader may read on
 }
+
+// stdinAheadBytes bounds the bytes the reader holds ahead of the steps
+// (with two steps' worth of lines).
+const stdinAheadBytes = 8 << 20
 
 // CheckConfig implements flowlet.ConfigChecker.
 func (s *StdinSource) CheckConfig(ic flowlet.InitContext) error { return s.configure(ic) }
@@ -46,6 +54,7 @@ func (s *StdinSource) Init(ic flowlet.InitContext) error {
 		return err
 	}
 	s.ready = make(chan struct{}, 1)
+	s.room = make(chan struct{}, 1)
 	go s.read()
 	return nil
 }
@@ -91,6 +100,12 @@ func (s *StdinSource) read() {
 		// end of input then comes with no bytes.
 		if complete || (atEOF && (len(chunk) > 0 || len(line) > 0 || tooLong)) {
 			s.mu.Lock()
+			for len(s.pending)+len(s.dead) >= 2*s.perStep || s.aheadB >= stdinAheadBytes {
+				s.mu.Unlock()
+				<-s.room
+				s.mu.Lock()
+			}
+			s.aheadB += len(line)
 			if tooLong {
 				s.dead = append(s.dead, line)
 			} else {
@@ -130,8 +145,18 @@ func (s *StdinSource) Generate(ctx flowlet.Context) error {
 	s.pending = s.pending[n:]
 	s.deadIn = append(s.deadIn[:0], s.dead...)
 	s.dead = s.dead[:0]
+	for _, l := range s.inflight {
+		s.aheadB -= len(l)
+	}
+	for _, l := range s.deadIn {
+		s.aheadB -= len(l)
+	}
 	eof, rerr := s.eof && len(s.pending) == 0, s.err
 	s.mu.Unlock()
+	select {
+	case s.room <- struct{}{}:
+	default:
+	}
 	for _, l := range s.deadIn {
 		dl, ok := ctx.(deadLetterer)
 		if !ok {
@@ -177,6 +202,12 @@ func (s *StdinSource) Aborted() {
 	s.mu.Lock()
 	s.pending = append(append([][]byte(nil), s.inflight...), s.pending...)
 	s.dead = append(append([][]byte(nil), s.deadIn...), s.dead...)
+	for _, l := range s.inflight {
+		s.aheadB += len(l)
+	}
+	for _, l := range s.deadIn {
+		s.aheadB += len(l)
+	}
 	s.mu.Unlock()
 	s.inflight = s.inflight[:0]
 	s.deadIn = s.deadIn[:0]
