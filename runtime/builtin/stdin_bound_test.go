@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/flowlet/flowlettest"
@@ -68,5 +70,39 @@ func TestStdinSourceReadsAheadBounded(t *testing.T) {
 	}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("%d lines emitted, want the %d in order", len(got), total)
+	}
+}
+
+// A lines_per_step so large that two steps' worth overflows an int: the
+// reader kept waiting for room that never came (the source idled for
+// good).
+func TestStdinSourceHugeLinesPerStep(t *testing.T) {
+	s := &StdinSource{in: &lineReader{n: 5}}
+	ctx := flowlettest.New("stdin")
+	if err := ctx.Init(s, map[string]any{"lines_per_step": math.MaxInt}); err != nil {
+		t.Fatal(err)
+	}
+	hang := time.After(time.Minute) // a hang detector
+	var got []string
+	for {
+		ctx.Reset()
+		err := ctx.Generate(s)
+		got = append(got, ctx.Emits("out")...)
+		if errors.Is(err, flowlet.ErrEndOfInput) {
+			break
+		}
+		if err != nil && !errors.Is(err, flowlet.ErrIdle) {
+			t.Fatal(err)
+		}
+		if errors.Is(err, flowlet.ErrIdle) {
+			select {
+			case <-s.Ready():
+			case <-hang:
+				t.Fatalf("no end of input after %d lines", len(got))
+			}
+		}
+	}
+	if len(got) != 5 {
+		t.Fatalf("%d lines, want 5", len(got))
 	}
 }

@@ -32,7 +32,7 @@ type StdinSource struct {
 
 	mu       sync.Mutex
 	pending  [][]byte
-	aheadB   int // bytes of pending and dead
+	aheadB   int // lineCost of pending and dead
 	inflight [][]byte
 	dead     [][]byte // too-long line prefixes
 	deadIn   [][]byte
@@ -42,9 +42,12 @@ type StdinSource struct {
 	room     chan struct{} // a step took lines: the reader may read on
 }
 
-// stdinAheadBytes bounds the bytes the reader holds ahead of the steps
-// (with two steps' worth of lines).
+// stdinAheadBytes bounds the memory the reader holds ahead of the steps
+// (with two steps' worth of lines): lineCost of each line.
 const stdinAheadBytes = 8 << 20
+
+// lineCost is what a line read ahead holds: its bytes and its slice.
+func lineCost(l []byte) int { return len(l) + 24 }
 
 // CheckConfig implements flowlet.ConfigChecker.
 func (s *StdinSource) CheckConfig(ic flowlet.InitContext) error { return s.configure(ic) }
@@ -100,12 +103,12 @@ func (s *StdinSource) read() {
 		// end of input then comes with no bytes.
 		if complete || (atEOF && (len(chunk) > 0 || len(line) > 0 || tooLong)) {
 			s.mu.Lock()
-			for len(s.pending)+len(s.dead) >= 2*s.perStep || s.aheadB >= stdinAheadBytes {
+			for len(s.pending)+len(s.dead) >= 2*min(s.perStep, stdinAheadBytes) || s.aheadB >= stdinAheadBytes {
 				s.mu.Unlock()
 				<-s.room
 				s.mu.Lock()
 			}
-			s.aheadB += len(line)
+			s.aheadB += lineCost(line)
 			if tooLong {
 				s.dead = append(s.dead, line)
 			} else {
@@ -146,10 +149,10 @@ func (s *StdinSource) Generate(ctx flowlet.Context) error {
 	s.deadIn = append(s.deadIn[:0], s.dead...)
 	s.dead = s.dead[:0]
 	for _, l := range s.inflight {
-		s.aheadB -= len(l)
+		s.aheadB -= lineCost(l)
 	}
 	for _, l := range s.deadIn {
-		s.aheadB -= len(l)
+		s.aheadB -= lineCost(l)
 	}
 	eof, rerr := s.eof && len(s.pending) == 0, s.err
 	s.mu.Unlock()
@@ -203,10 +206,10 @@ func (s *StdinSource) Aborted() {
 	s.pending = append(append([][]byte(nil), s.inflight...), s.pending...)
 	s.dead = append(append([][]byte(nil), s.deadIn...), s.dead...)
 	for _, l := range s.inflight {
-		s.aheadB += len(l)
+		s.aheadB += lineCost(l)
 	}
 	for _, l := range s.deadIn {
-		s.aheadB += len(l)
+		s.aheadB += lineCost(l)
 	}
 	s.mu.Unlock()
 	s.inflight = s.inflight[:0]
