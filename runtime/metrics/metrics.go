@@ -137,11 +137,13 @@ func b2f(b bool) float64 {
 }
 
 // histogram turns a tx.Histogram (power-of-two microsecond buckets) into a
-// Prometheus histogram in seconds, with cumulative bucket counts.
+// Prometheus histogram in seconds, with cumulative bucket counts. tx's last
+// bucket also holds every longer duration (observe clamps there), so it is
+// only in +Inf (the count), not a finite bucket.
 func histogram(d *prometheus.Desc, h tx.Histogram, labels ...string) prometheus.Metric {
-	buckets := make(map[float64]uint64, len(h.Counts))
+	buckets := make(map[float64]uint64, len(h.Counts)-1)
 	var cum uint64
-	for i, n := range h.Counts {
+	for i, n := range h.Counts[:len(h.Counts)-1] {
 		cum += n
 		buckets[h.BucketUpper(i).Seconds()] = cum
 	}

@@ -28,7 +28,7 @@ func TestHistogram(t *testing.T) {
 	if hm.GetSampleCount() != 7 || hm.GetSampleSum() != 0.003 {
 		t.Fatalf("count %d sum %v", hm.GetSampleCount(), hm.GetSampleSum())
 	}
-	want := map[float64]uint64{1e-6: 1, 4e-6: 1, 8e-6: 3, 512e-6: 3, 1024e-6: 7, h.BucketUpper(31).Seconds(): 7}
+	want := map[float64]uint64{1e-6: 1, 4e-6: 1, 8e-6: 3, 512e-6: 3, 1024e-6: 7, h.BucketUpper(30).Seconds(): 7}
 	got := map[float64]uint64{}
 	for _, b := range hm.GetBucket() {
 		got[b.GetUpperBound()] = b.GetCumulativeCount()
@@ -38,7 +38,29 @@ func TestHistogram(t *testing.T) {
 			t.Errorf("bucket ≤%gs: %d, want %d", ub, got[ub], c)
 		}
 	}
-	if len(got) != len(h.Counts) {
-		t.Errorf("%d buckets, want %d", len(got), len(h.Counts))
+	if len(got) != len(h.Counts)-1 { // the last is +Inf
+		t.Errorf("%d buckets, want %d", len(got), len(h.Counts)-1)
+	}
+}
+
+// tx's last bucket also holds every longer duration (its observe clamps
+// there): it is Prometheus's +Inf, not a finite bucket, or a 40-minute step
+// read as one under ~36 minutes.
+func TestHistogramLastBucketOpen(t *testing.T) {
+	var h tx.Histogram
+	h.Counts[len(h.Counts)-1] = 1 // a 40-minute step
+	h.Count = 1
+	h.Sum = 40 * time.Minute
+	var m dto.Metric
+	if err := histogram(prometheus.NewDesc("x", "x", nil, nil), h).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range m.GetHistogram().GetBucket() {
+		if b.GetCumulativeCount() != 0 {
+			t.Errorf("bucket ≤%gs counts %d, want the step only in +Inf", b.GetUpperBound(), b.GetCumulativeCount())
+		}
+	}
+	if c := m.GetHistogram().GetSampleCount(); c != 1 {
+		t.Errorf("count %d, want 1", c)
 	}
 }
