@@ -147,7 +147,10 @@ func histogram(d *prometheus.Desc, h tx.Histogram, labels ...string) prometheus.
 		cum += n
 		buckets[h.BucketUpper(i).Seconds()] = cum
 	}
-	return prometheus.MustNewConstHistogram(d, h.Count, h.Sum.Seconds(), buckets, labels...)
+	// A snapshot may have read an observation's bucket and not yet its
+	// count: +Inf is never below a finite bucket.
+	count := max(h.Count, cum+h.Counts[len(h.Counts)-1])
+	return prometheus.MustNewConstHistogram(d, count, h.Sum.Seconds(), buckets, labels...)
 }
 
 // Registry returns a registry with the app's collector and the Go runtime

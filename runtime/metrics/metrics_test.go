@@ -64,3 +64,21 @@ func TestHistogramLastBucketOpen(t *testing.T) {
 		t.Errorf("count %d, want 1", c)
 	}
 }
+
+// A snapshot taken while a step is observed may read its bucket and not yet
+// the count: the count (+Inf) is never below a finite bucket.
+func TestHistogramCountCoversBuckets(t *testing.T) {
+	var h tx.Histogram
+	h.Counts[3] = 2
+	h.Count = 1 // the second observation's count not read yet
+	var m dto.Metric
+	if err := histogram(prometheus.NewDesc("x", "x", nil, nil), h).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	hm := m.GetHistogram()
+	for _, b := range hm.GetBucket() {
+		if b.GetCumulativeCount() > hm.GetSampleCount() {
+			t.Errorf("bucket ≤%gs counts %d, over the count %d", b.GetUpperBound(), b.GetCumulativeCount(), hm.GetSampleCount())
+		}
+	}
+}
