@@ -49,8 +49,9 @@
 // ProcessBatch is retried whole once (unless the error is permanent), then
 // event by event.
 // A step too large for one write is redone with half the batch
-// (StepTooLargeError). A panic is an error (PanicError). specs/guarantees.md
-// states exactly what holds.
+// (StepTooLargeError), and so is one that outlived Options.StepTimeout: a
+// step of one event that does is that event's failure. A panic is an error
+// (PanicError). specs/guarantees.md states exactly what holds.
 //
 // # Deferred commits
 //
