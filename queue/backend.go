@@ -149,7 +149,8 @@ type ScanOptions struct {
 	// Since and Until bound the enqueue time, inclusive at the millisecond
 	// (zero = no bound).
 	Since, Until time.Time
-	// Limit stops after that many entries (0 = no limit).
+	// Limit stops after that many entries (0 = no limit; negative:
+	// ErrBadConfig).
 	Limit int
 	// Tx, when set, shows only entries visible to it. Without it a scan
 	// shows what is stored, which on the single-store fast path is exactly

@@ -138,6 +138,9 @@ func (q *Queues) Scan(queue string, opts ScanOptions, fn func(Entry) bool) error
 	if err != nil {
 		return err
 	}
+	if err := CheckScanLimit(opts.Limit); err != nil {
+		return err
+	}
 	for _, p := range opts.Partitions {
 		if p < 0 || p >= cfg.Partitions {
 			return fmt.Errorf("%w: partition %d not in [0, %d)", ErrBadConfig, p, cfg.Partitions)
@@ -145,6 +148,16 @@ func (q *Queues) Scan(queue string, opts ScanOptions, fn func(Entry) bool) error
 	}
 	opts.Partitions = ScanPartitions(opts.Partitions)
 	return q.b.Scan(queue, opts, fn)
+}
+
+// CheckScanLimit refuses a negative ScanOptions.Limit: it read as "no
+// limit" (0's meaning), so a caller that computed it wrong scanned the
+// whole queue.
+func CheckScanLimit(limit int) error {
+	if limit < 0 {
+		return fmt.Errorf("%w: scan limit %d (0 = no limit)", ErrBadConfig, limit)
+	}
+	return nil
 }
 
 // ScanPartitions returns ScanOptions.Partitions sorted and without

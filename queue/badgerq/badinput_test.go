@@ -114,6 +114,8 @@ func TestBadInputWritesNothing(t *testing.T) {
 	}
 	check("Scan partition", n.qs.Scan("q", queue.ScanOptions{Partitions: []int{0, 2}}, func(queue.Entry) bool { return true }))
 	check("Scan partition", n.qs.Scan("q", queue.ScanOptions{Partitions: []int{-1}}, func(queue.Entry) bool { return true }))
+	check("Scan limit", n.qs.Scan("q", queue.ScanOptions{Limit: -1}, func(queue.Entry) bool { return true }))
+	check("backend Scan limit", n.b.Scan("q", queue.ScanOptions{Limit: -1}, func(queue.Entry) bool { return true }))
 	c, _ := n.qs.Consumer("q", "g", 0)
 	ctx := n.coord.NewContext(p, c)
 	_, err := ctx.Start(time.Minute)

@@ -110,6 +110,9 @@ func (b *Backend) Scan(name string, opts queue.ScanOptions, fn func(queue.Entry)
 	if err != nil {
 		return err
 	}
+	if err := queue.CheckScanLimit(opts.Limit); err != nil {
+		return err
+	}
 	parts := queue.ScanPartitions(opts.Partitions) // each once, in order
 	if parts == nil {
 		for p := range q.cfg.Partitions {

@@ -190,6 +190,11 @@ func testBadInput(t *testing.T, e *Env) {
 	if err := qs.Scan("q", queue.ScanOptions{Partitions: []int{4}}, func(queue.Entry) bool { return true }); !errors.Is(err, queue.ErrBadConfig) {
 		t.Errorf("scan of partition 4 of 4: %v", err)
 	}
+	// A negative Limit is an error, not "no limit" (0 is no limit).
+	scanned := 0
+	if err := qs.Scan("q", queue.ScanOptions{Limit: -1}, func(queue.Entry) bool { scanned++; return true }); !errors.Is(err, queue.ErrBadConfig) || scanned != 0 {
+		t.Errorf("scan with Limit -1: %d entries, %v; want ErrBadConfig", scanned, err)
+	}
 	// A negative Dequeue count is an error, not an empty read (a caller
 	// that computed it wrong waited for entries that never came).
 	c, err := qs.Consumer("q", "g", 0)
