@@ -59,13 +59,12 @@ func (b *Backend) Producer(name string) (queue.ProducerDriver, error) {
 }
 
 func (p *producer) StartTx(t *tx.Tx) error {
-	// A previous transaction that never ended here (no PostCommit or
-	// Rollback) leaves its events behind: drop their reservation too, or
-	// it counted against the depth limit for good.
-	p.q.release(p.events, p.bytes)
-	p.events, p.bytes = 0, 0
-	// Its persisted entries (if any) keep their registration: their fate
-	// is unknown (a commit whose log write failed).
+	if p.t != nil {
+		p.settleUnended()
+	}
+	// Persisted entries of a previous transaction keep their
+	// registration: their fate is unknown (a commit whose log write
+	// failed), so eviction and truncation keep them.
 	p.persistWP = 0
 	p.reset()
 	p.t = t
@@ -74,6 +73,48 @@ func (p *producer) StartTx(t *tx.Tx) error {
 }
 
 func (p *producer) UpdateTx(t *tx.Tx) error { p.t = t; return nil }
+
+// settleUnended accounts for the previous transaction, which never ended
+// here (no PostCommit, no Rollback): abandoned, or a commit whose outcome
+// is unknown (tx.ErrLogFailed). What of it is stored is depth — on the
+// fast path it landed with its commit record, so it committed; on the
+// general path it was persisted and stays (registered) until a restart,
+// whose recount counts it too — and the rest of its reservation is
+// released. Releasing all of it left stored events in neither the depth
+// nor the limits' counter (TestLogFailedProducerNewTxDepth).
+func (p *producer) settleUnended() {
+	ev, by := p.stored(p.t.WritePointer)
+	p.q.events.Add(ev)
+	p.q.bytes.Add(by)
+	p.q.release(p.events-ev, p.bytes-by)
+	p.events, p.bytes = 0, 0
+}
+
+// stored counts the events and bytes this producer's buffers have in the
+// store under write pointer wp, from the keys (none if the read fails: the
+// DB is closing, and Open recounts).
+func (p *producer) stored(wp uint64) (events, bytes int64) {
+	if len(p.bufs) == 0 || p.b.db.IsClosed() {
+		return 0, 0
+	}
+	_ = p.b.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{})
+		defer it.Close()
+		for _, rb := range p.bufs {
+			lp := levelPrefix(p.q.id, rb.part, rb.prio)
+			for it.Seek(entrySeek(p.q.id, rb.part, rb.prio, wp, 0)); it.ValidForPrefix(lp); it.Next() {
+				k, ok := decodeEntryKey(it.Item().Key())
+				if !ok || k.wp != wp {
+					break
+				}
+				events += int64(k.count)
+				bytes += int64(k.size)
+			}
+		}
+		return nil
+	})
+	return events, bytes
+}
 
 func (p *producer) ChangeKeys() [][]byte { return nil }
 

@@ -23,6 +23,7 @@ type generalNode struct {
 	coord *tx.Coordinator
 	b     *Backend
 	qs    *queue.Queues
+	fast  bool // Options.FastPath (a node on a BadgerLog, failingLogNode)
 }
 
 func newGeneralNode(t *testing.T) *generalNode {
@@ -45,7 +46,7 @@ func newGeneralNode(t *testing.T) *generalNode {
 }
 
 func (n *generalNode) open() {
-	b, err := Open(n.db, Options{Coordinator: n.coord, EvictInterval: -1, GCInterval: -1, WritebackInterval: -1})
+	b, err := Open(n.db, Options{Coordinator: n.coord, FastPath: n.fast, EvictInterval: -1, GCInterval: -1, WritebackInterval: -1})
 	if err != nil {
 		n.t.Fatal(err)
 	}
