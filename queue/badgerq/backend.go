@@ -693,13 +693,13 @@ func (b *Backend) deletePrefix(prefix []byte) (events, bytes int64, err error) {
 
 // deleteEntries is deletePrefix, except for the entry keys keep (if not
 // nil) says to keep; it is given the pointers in flight when the read
-// started (readInFlight).
+// started (readInFlight). On error, the events and bytes are those of the
+// entries it did delete (see keyDeleter).
 func (b *Backend) deleteEntries(prefix []byte, keep func(*entryKey, map[uint64]int) bool) (events, bytes int64, err error) {
 	if b.db.IsClosed() {
 		return 0, 0, badger.ErrDBClosed
 	}
-	wb := b.db.NewWriteBatch()
-	defer wb.Cancel()
+	del := keyDeleter{b: b}
 	var txn *badger.Txn
 	var inFlight map[uint64]int
 	if keep != nil {
@@ -713,23 +713,16 @@ func (b *Backend) deleteEntries(prefix []byte, keep func(*entryKey, map[uint64]i
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			k := it.Item().KeyCopy(nil)
-			if ek, ok := decodeEntryKey(k); ok {
-				if keep != nil && keep(&ek, inFlight) {
-					continue
-				}
-				events += int64(ek.count)
-				bytes += int64(ek.size)
+			if ek, ok := decodeEntryKey(k); ok && keep != nil && keep(&ek, inFlight) {
+				continue
 			}
-			if err := wb.Delete(k); err != nil {
+			if err := del.add(k, false); err != nil {
 				return err
 			}
 		}
-		return nil
+		return del.flush()
 	}()
-	if err != nil {
-		return 0, 0, err
-	}
-	return events, bytes, wb.Flush()
+	return del.events, del.bytes, err
 }
 
 // AddGroup implements queue.Backend.

@@ -1,6 +1,7 @@
 package badgerq
 
 import (
+	"errors"
 	"slices"
 	"time"
 
@@ -49,21 +50,29 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 	// TestTTLEvictionInFlightDepth, TestEvictPersistBetweenReadsDepth).
 	var inFlight map[uint64]int
 	low := ^uint64(0)
-	var delEvents, delBytes, expired int64
 	// The batch and the read transaction are made on first use, so an idle
 	// queue's pass touches nothing in Badger: each transaction wakes Badger's
 	// watermark goroutine twice, and an empty batch's Flush still runs its
 	// callback on a goroutine of its own and waits for it.
-	var wb *badger.WriteBatch
+	del := keyDeleter{b: b}
 	var txn *badger.Txn
 	defer func() {
-		if wb != nil {
-			wb.Cancel()
-		}
 		if txn != nil {
 			txn.Discard()
 		}
+		// What is gone leaves the depth, whether the pass ended well or not.
+		if del.events > 0 {
+			q.removeDepth(del.events, del.bytes)
+			q.expired.Add(del.expired)
+			b.freed.Add(del.bytes)
+			q.signalSpace()
+		}
 	}()
+	// Where each level's next pass starts, applied once every delete
+	// landed: a pass whose write failed leaves them, and the next one reads
+	// those levels again (moved first, the entries a failed write left
+	// were never deleted).
+	var moves []evictMove
 
 	var levels []levelMax
 	var lstates []*levelState
@@ -166,16 +175,8 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 					}
 					break
 				}
-				if wb == nil {
-					wb = b.db.NewWriteBatch()
-				}
-				if err = wb.Delete(it.Item().KeyCopy(nil)); err != nil {
+				if err = del.add(it.Item().KeyCopy(nil), !consumed); err != nil {
 					break
-				}
-				delEvents += int64(k.count)
-				delBytes += int64(k.size)
-				if !consumed {
-					expired += int64(k.count)
 				}
 			}
 			it.Close()
@@ -188,22 +189,118 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 			if reread {
 				posBound = 0
 			}
-			ix.setEvictFrom(prio, max(lm.evictFrom, min(bound, kept)), posBound, holes)
+			moves = append(moves, evictMove{ix: ix, prio: prio, from: max(lm.evictFrom, min(bound, kept)), pos: posBound, holes: slices.Clone(holes)})
 		}
 	}
-	if wb == nil {
-		return low, nil
-	}
-	if err := wb.Flush(); err != nil {
+	if err := del.flush(); err != nil {
 		return low, err
 	}
-	if delEvents > 0 {
-		q.removeDepth(delEvents, delBytes)
-		q.expired.Add(expired)
-		b.freed.Add(delBytes)
-		q.signalSpace()
+	for _, m := range moves {
+		m.ix.setEvictFrom(m.prio, m.from, m.pos, m.holes)
 	}
 	return low, nil
+}
+
+type evictMove struct {
+	ix        *partIndex
+	prio      uint8
+	from, pos uint64
+	holes     []uint64
+}
+
+// deleteChunk bounds the keys a keyDeleter holds before it writes them.
+const deleteChunk = 4096
+
+// keyDeleter deletes keys in batches and counts the events and bytes of
+// the entry keys it deleted (expired: of those marked so). A batch whose
+// write failed may have landed in part — Badger commits a large WriteBatch
+// in several transactions — so then it counts what a fresh read no longer
+// finds: counting none left the depth high for good (and all, low), and
+// the limits with it (TestFailedDeleteDepth).
+type keyDeleter struct {
+	b                      *Backend
+	keys                   [][]byte
+	expiring               []bool // per key: counts as expired
+	events, bytes, expired int64
+}
+
+func (d *keyDeleter) add(key []byte, expired bool) error {
+	d.keys = append(d.keys, key)
+	d.expiring = append(d.expiring, expired)
+	if len(d.keys) >= deleteChunk {
+		return d.flush()
+	}
+	return nil
+}
+
+// flush writes the pending deletes and counts what they removed.
+func (d *keyDeleter) flush() error {
+	if len(d.keys) == 0 {
+		return nil
+	}
+	err := d.b.deleteKeys(d.keys)
+	var stored map[string]bool
+	if err != nil {
+		stored = d.b.stillStored(d.keys)
+	}
+	for i, k := range d.keys {
+		if err != nil && stored[string(k)] {
+			continue
+		}
+		if ek, ok := decodeEntryKey(k); ok {
+			d.events += int64(ek.count)
+			d.bytes += int64(ek.size)
+			if d.expiring[i] {
+				d.expired += int64(ek.count)
+			}
+		}
+	}
+	d.keys, d.expiring = d.keys[:0], d.expiring[:0]
+	return err
+}
+
+// deleteKeysTestHook, if set, replaces deleteKeys's write (tests: a write
+// that fails partway).
+var deleteKeysTestHook func(db *badger.DB, keys [][]byte) error
+
+// deleteKeys deletes keys in one WriteBatch.
+func (b *Backend) deleteKeys(keys [][]byte) error {
+	if h := deleteKeysTestHook; h != nil {
+		return h(b.db, keys)
+	}
+	wb := b.db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, k := range keys {
+		if err := wb.Delete(k); err != nil {
+			return err
+		}
+	}
+	return wb.Flush()
+}
+
+// stillStored returns the keys a fresh read still finds, after a delete
+// that failed. If the read fails too, every key: the depth then errs high
+// (never past the limits), until Open recounts.
+func (b *Backend) stillStored(keys [][]byte) map[string]bool {
+	stored := make(map[string]bool, len(keys))
+	err := b.db.View(func(txn *badger.Txn) error {
+		for _, k := range keys {
+			_, err := txn.Get(k)
+			switch {
+			case err == nil:
+				stored[string(k)] = true
+			case !errors.Is(err, badger.ErrKeyNotFound):
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		for _, k := range keys {
+			stored[string(k)] = true
+		}
+	}
+	return stored
 }
 
 // evictViews copies the committed states of every group for partition p,
