@@ -48,11 +48,19 @@ type FullError struct {
 	Queue          string
 	Events, Bytes  int64 // depth when refused, including in-flight enqueues
 	MaxEvents, Max int64 // limits (0 = none); Max is MaxBytes
+	// HeldByWaiters: refused at once, not after FullWait: every producer
+	// holding room in the queue was waiting for more, which only one of
+	// them ending could free, and this was the youngest (specs/queues.md).
+	HeldByWaiters bool
 }
 
 func (e *FullError) Error() string {
-	return fmt.Sprintf("queue: queue %q full: %d events / %d bytes (max %d events / %d bytes)",
+	msg := fmt.Sprintf("queue: queue %q full: %d events / %d bytes (max %d events / %d bytes)",
 		e.Queue, e.Events, e.Bytes, e.MaxEvents, e.Max)
+	if e.HeldByWaiters {
+		msg += "; the room is held by producers waiting for more, this one the youngest"
+	}
+	return msg
 }
 
 // Is makes a FullError match ErrQueueFull.

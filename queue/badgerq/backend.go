@@ -173,6 +173,16 @@ type queueRT struct {
 	rr                    atomic.Uint32 // producers' rotating start partition
 	index                 []partIndex   // one per partition, see index.go
 
+	// In a queue with a limit (see reserve): holders counts the producers
+	// whose transaction holds a reservation here; waiters (under spaceMu)
+	// are the producers waiting for room, nWaiters their number. A holder
+	// ending decrements holders, then reads nWaiters; a waiter registers,
+	// then reads holders: one sees the other. Atomics, so that a commit
+	// takes no lock while nobody waits.
+	holders  atomic.Int64
+	waiters  []*roomWaiter
+	nWaiters atomic.Int64
+
 	// Wake-ups (see consumer.Ready and queue.GenNotifier): gen counts
 	// notifies; readyCh is closed by the next one. A notify with nobody
 	// waiting (waiting false) is an atomic add and load, no lock: the
@@ -955,7 +965,12 @@ func (b *Backend) queueList() []*queueRT {
 // signalSpace wakes producers waiting for depth to shrink.
 func (q *queueRT) signalSpace() {
 	q.spaceMu.Lock()
+	q.wakeLocked()
+	q.spaceMu.Unlock()
+}
+
+// wakeLocked wakes every producer waiting for room. Under spaceMu.
+func (q *queueRT) wakeLocked() {
 	close(q.space)
 	q.space = make(chan struct{})
-	q.spaceMu.Unlock()
 }

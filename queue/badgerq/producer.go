@@ -3,6 +3,7 @@ package badgerq
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -87,7 +88,7 @@ func (p *producer) settleUnended() {
 	p.q.events.Add(ev)
 	p.q.bytes.Add(by)
 	p.q.release(p.events-ev, p.bytes-by)
-	p.events, p.bytes = 0, 0
+	p.endHold()
 }
 
 // stored counts the events and bytes this producer's buffers have in the
@@ -131,7 +132,7 @@ func (p *producer) Enqueue(ctx context.Context, ev queue.Event) error {
 		return fmt.Errorf("%w: %q", queue.ErrUnknownQueue, q.name)
 	}
 	size := int64(ev.Size())
-	if err := q.reserve(ctx, p.b, 1, size); err != nil {
+	if err := q.reserve(ctx, p.b, 1, size, p); err != nil {
 		return err
 	}
 	p.events++
@@ -220,7 +221,7 @@ func (p *producer) PostCommit() {
 	p.b.produced.Add(p.bytes)
 	p.b.wakeWriteback()
 	wrote := len(p.bufs) > 0
-	p.events, p.bytes = 0, 0
+	p.endHold()
 	p.recycle()
 	p.reset()
 	if wrote {
@@ -254,9 +255,23 @@ func (p *producer) Rollback() error {
 	// registration keeps holding invalid-list pruning below it (prune.go).
 	p.persistWP = 0
 	p.q.release(p.events, p.bytes)
-	p.events, p.bytes = 0, 0
+	p.endHold()
 	p.reset()
 	return err
+}
+
+// endHold: the transaction's reservation is depth now or released. In a
+// queue with a limit, a producer waiting for room may now be the last
+// holder still waiting (see deadlocked): waiters look again.
+func (p *producer) endHold() {
+	held := p.events > 0
+	p.events, p.bytes = 0, 0
+	if !held || !p.q.limited() {
+		return
+	}
+	if p.q.holders.Add(-1); p.q.nWaiters.Load() > 0 {
+		p.q.signalSpace()
+	}
 }
 
 // endPersist ends the registration of what Persist wrote (prune.go).
@@ -318,11 +333,31 @@ func (q *queueRT) isDeleted() bool { return q.dead.Load() }
 // (tests: to act between a waiter's wake-up and its checks).
 var reserveTestHook func()
 
-// reserve counts n events of size bytes against the depth limit, waiting up
-// to FullWait (and ctx) for eviction to make room.
-func (q *queueRT) reserve(ctx context.Context, b *Backend, n, size int64) error {
+func (q *queueRT) limited() bool { return q.cfg.MaxEvents > 0 || q.cfg.MaxBytes > 0 }
+
+// roomWaiter is a producer waiting in reserve: the room its transaction
+// holds, the room it asks for, and its age (transaction id: the higher the
+// younger).
+type roomWaiter struct {
+	heldEvents, heldBytes int64
+	events, bytes         int64
+	age                   uint64
+	woken                 bool // a wake-up to give up is on its way
+}
+
+// reserve counts n events of size bytes of producer p against the depth
+// limit, waiting up to FullWait (and ctx) for eviction to make room.
+//
+// Room is reserved event by event, so producers of several events can each
+// hold part of it and all wait for more that only their own ends would
+// free; each waited out FullWait and failed. When every producer holding
+// room waits for more and the room they hold leaves too little for any of
+// them even once every committed event is evicted (deadlocked), the
+// youngest gives up at once (HeldByWaiters); its abort frees its room for
+// the older ones (TestConformance*/HoldersWaitForEachOther).
+func (q *queueRT) reserve(ctx context.Context, b *Backend, n, size int64, p *producer) error {
 	cfg := &q.cfg
-	if cfg.MaxEvents == 0 && cfg.MaxBytes == 0 {
+	if !q.limited() {
 		q.usedEvents.Add(n)
 		q.usedBytes.Add(size)
 		return nil
@@ -331,6 +366,15 @@ func (q *queueRT) reserve(ctx context.Context, b *Backend, n, size int64) error 
 		return err // no wait for room that never comes
 	}
 	var deadline <-chan time.Time
+	var w *roomWaiter // registered in q.waiters while this waits
+	defer func() {
+		if w != nil {
+			q.spaceMu.Lock()
+			q.waiters = slices.DeleteFunc(q.waiters, func(x *roomWaiter) bool { return x == w })
+			q.nWaiters.Add(-1)
+			q.spaceMu.Unlock()
+		}
+	}()
 	for {
 		if reserveTestHook != nil {
 			reserveTestHook()
@@ -352,19 +396,36 @@ func (q *queueRT) reserve(ctx context.Context, b *Backend, n, size int64) error 
 			return fmt.Errorf("%w: %q", queue.ErrUnknownQueue, q.name)
 		}
 		ev, by := q.depth()
-		fits := (cfg.MaxEvents == 0 || ev+n <= cfg.MaxEvents) && (cfg.MaxBytes == 0 || by+size <= cfg.MaxBytes)
-		if fits {
+		if q.fits(ev, by, n, size) {
 			q.usedEvents.Add(n)
 			q.usedBytes.Add(size)
+			if p.events == 0 {
+				q.holders.Add(1)
+			}
 			q.spaceMu.Unlock()
 			return nil
 		}
-		wait := q.space
-		q.spaceMu.Unlock()
 		full := &queue.FullError{Queue: q.name, Events: ev, Bytes: by, MaxEvents: cfg.MaxEvents, Max: cfg.MaxBytes}
 		if cfg.FullWait == 0 {
+			q.spaceMu.Unlock()
 			return full
 		}
+		if w == nil {
+			w = &roomWaiter{heldEvents: p.events, heldBytes: p.bytes, events: n, bytes: size, age: p.t.ID}
+			q.waiters = append(q.waiters, w)
+			q.nWaiters.Add(1)
+		}
+		w.woken = false
+		if y := q.deadlocked(); y == w {
+			q.spaceMu.Unlock()
+			full.HeldByWaiters = true
+			return full
+		} else if y != nil && !y.woken {
+			y.woken = true // to give up; the others wait on the next channel
+			q.wakeLocked()
+		}
+		wait := q.space
+		q.spaceMu.Unlock()
 		if deadline == nil {
 			t := time.NewTimer(cfg.FullWait)
 			defer t.Stop()
@@ -379,6 +440,40 @@ func (q *queueRT) reserve(ctx context.Context, b *Backend, n, size int64) error 
 			return fmt.Errorf("%w (%w)", full, ctx.Err())
 		}
 	}
+}
+
+// fits reports whether n events of size bytes fit at depth ev, by.
+func (q *queueRT) fits(ev, by, n, size int64) bool {
+	return (q.cfg.MaxEvents == 0 || ev+n <= q.cfg.MaxEvents) && (q.cfg.MaxBytes == 0 || by+size <= q.cfg.MaxBytes)
+}
+
+// deadlocked returns the youngest waiter that holds room when every
+// producer holding room here waits for more and what they hold leaves too
+// little for any of them even with nothing committed left (eviction cannot
+// help: only one of them ending can); else nil. Under spaceMu.
+func (q *queueRT) deadlocked() *roomWaiter {
+	var heldEvents, heldBytes int64
+	var waiting int
+	var youngest *roomWaiter
+	for _, w := range q.waiters {
+		if w.heldEvents > 0 {
+			waiting++
+			heldEvents += w.heldEvents
+			heldBytes += w.heldBytes
+			if youngest == nil || w.age >= youngest.age {
+				youngest = w
+			}
+		}
+	}
+	if waiting == 0 || int64(waiting) < q.holders.Load() {
+		return nil // a holder that is not waiting may end, a commit be evicted
+	}
+	for _, w := range q.waiters {
+		if w.heldEvents > 0 && q.fits(heldEvents, heldBytes, w.events, w.bytes) {
+			return nil // evicting committed events makes room for w
+		}
+	}
+	return youngest
 }
 
 // depthTestHook, if set, runs in depth between its loads (tests: to commit

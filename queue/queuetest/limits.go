@@ -116,8 +116,9 @@ func testDepthLimitsConcurrent(t *testing.T, e *Env) {
 	// Bounded wait: producers wait for a consumer to make room. One event
 	// per transaction: a transaction holds the room of the events it
 	// enqueued while it waits for more, so producers of several events
-	// each can together hold all the room and wait for each other until
-	// FullWait runs out.
+	// each can together hold all the room and wait for each other; the
+	// youngest then fails with ErrQueueFull (HoldersWaitForEachOther),
+	// which this test counts as an error.
 	cfg := queue.Config{Partitions: 4, MaxEvents: 5, MaxBytes: 25, FullWait: time.Minute}
 	must(t, e.Queues.CreateQueue("wait", cfg))
 	must(t, e.Queues.AddGroup("wait", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 2}))
@@ -241,4 +242,112 @@ func produceWithAborts(c *tx.Coordinator, d time.Duration, p queue.Producer, tot
 		}
 	}
 	return nil
+}
+
+// heldProducer is a producer whose transaction (timeout an hour) stays
+// open holding the room of the events it enqueued.
+type heldProducer struct {
+	p   queue.Producer
+	ctx *tx.Context
+	err error // of the last enqueueAsync
+}
+
+// holdRoom starts a producer transaction on q that enqueues n one-byte
+// events and stays open.
+func holdRoom(t *testing.T, e *Env, q string, n int) *heldProducer {
+	t.Helper()
+	p, err := e.Queues.Producer(q)
+	must(t, err)
+	h := &heldProducer{p: p, ctx: e.Coord.NewContext(p)}
+	_, err = h.ctx.Start(time.Hour)
+	must(t, err)
+	for range n {
+		must(t, p.Enqueue(context.Background(), ev("h")))
+	}
+	return h
+}
+
+// enqueueAsync enqueues one more one-byte event on its own goroutine and
+// sends h to done once Enqueue returned (its error in h.err).
+func (h *heldProducer) enqueueAsync(done chan<- *heldProducer) {
+	go func() {
+		h.err = h.p.Enqueue(context.Background(), ev("w"))
+		done <- h
+	}()
+}
+
+// waitHeld returns the next producer whose enqueueAsync returned; the
+// bound only guards against a hang (FullWait is an hour).
+func waitHeld(t *testing.T, done <-chan *heldProducer) *heldProducer {
+	t.Helper()
+	select {
+	case h := <-done:
+		return h
+	case <-time.After(30 * time.Second):
+		t.Fatal("Enqueue still blocked 30 s later (FullWait 1 h)")
+		return nil
+	}
+}
+
+// testHoldersWaitForEachOther: room is reserved event by event, so
+// producers of several events can each hold part of the room and all wait
+// for more, which only their own ends would free: a deadlock in which every
+// one of them waited out FullWait and failed. When every producer holding
+// room waits and no eviction could make enough (the room held alone leaves
+// none), the youngest gives up at once with ErrQueueFull, and the older
+// one gets in once its transaction ends. While eviction of committed
+// events can still make room, nobody gives up.
+func testHoldersWaitForEachOther(t *testing.T, e *Env) {
+	for _, cfg := range []queue.Config{
+		{Partitions: 1, MaxEvents: 3, FullWait: time.Hour},
+		{Partitions: 1, MaxBytes: 3, FullWait: time.Hour},
+	} {
+		name := fmt.Sprintf("held-%d-%d", cfg.MaxEvents, cfg.MaxBytes)
+		must(t, e.Queues.CreateQueue(name, cfg))
+		older := holdRoom(t, e, name, 2)
+		younger := holdRoom(t, e, name, 1) // the queue is full
+		done := make(chan *heldProducer, 2)
+		younger.enqueueAsync(done)
+		older.enqueueAsync(done)
+		if h := waitHeld(t, done); h != younger || !errors.Is(h.err, queue.ErrQueueFull) {
+			t.Fatalf("%s: the first Enqueue to return was the %s producer's, with %v; want the younger's, ErrQueueFull",
+				name, map[bool]string{true: "younger", false: "older"}[h == younger], h.err)
+		}
+		must(t, younger.ctx.Abort(nil))
+		if h := waitHeld(t, done); h.err != nil {
+			t.Fatalf("%s: the older producer, once the younger aborted: %v", name, h.err)
+		}
+		must(t, older.ctx.Finish())
+		if info, err := e.Queues.Info(name); err != nil || info.Events != 3 {
+			t.Fatalf("%s: depth %d (%v), want the older producer's 3 events", name, info.Events, err)
+		}
+	}
+
+	// One committed event a consumer will take: its eviction makes room
+	// for one waiter, whose commit (consumed and evicted in turn) for the
+	// other. Both get in.
+	cfg := queue.Config{Partitions: 1, MaxEvents: 3, FullWait: time.Hour}
+	must(t, e.Queues.CreateQueue("evictable", cfg))
+	must(t, e.Queues.AddGroup("evictable", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 1}))
+	produce(t, e, "evictable", "c", 1, 1, nil)
+	a, b := holdRoom(t, e, "evictable", 1), holdRoom(t, e, "evictable", 1)
+	done := make(chan *heldProducer, 2)
+	a.enqueueAsync(done)
+	b.enqueueAsync(done)
+	c, err := e.Queues.Consumer("evictable", "g", 0)
+	must(t, err)
+	for range 2 {
+		drain(t, e, c, 10)
+		must(t, e.Queues.Maintain())
+		h := waitHeld(t, done)
+		if h.err != nil {
+			t.Fatalf("a producer waiting while a committed event could still be evicted: %v", h.err)
+		}
+		must(t, h.ctx.Finish())
+	}
+	drain(t, e, c, 10)
+	must(t, e.Queues.Maintain())
+	if info, err := e.Queues.Info("evictable"); err != nil || info.Events != 0 {
+		t.Fatalf("depth %d (%v) after everything was consumed and evicted", info.Events, err)
+	}
 }

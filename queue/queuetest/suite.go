@@ -46,6 +46,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 		{"DepthLimits", testDepth},
 		{"OversizedEventFailsAtOnce", testOversizedEvent},
 		{"DepthLimitsConcurrent", testDepthLimitsConcurrent},
+		{"HoldersWaitForEachOther", testHoldersWaitForEachOther},
 		{"DeleteWakesBlockedEnqueue", testDeleteWakesBlockedEnqueue},
 		{"CloseWakesBlocked", testCloseWakesBlocked},
 		{"EvictionFreesDisk", testEviction},
