@@ -173,7 +173,7 @@ func (s *Store) DeadLetters(flowletName string, limit int, fn func(DeadLetter) b
 	q := DLQName(flowletName)
 	info, err := s.st.queues.Info(q)
 	if err != nil {
-		return fmt.Errorf("flowlet %q has no dead-letter queue: %w", flowletName, err)
+		return dlqOpenErr(flowletName, err)
 	}
 	// Entries below the replay group's cursor were replayed already and are
 	// only waiting for eviction.
@@ -194,6 +194,16 @@ func (s *Store) DeadLetters(flowletName string, limit int, fn func(DeadLetter) b
 		}
 		return limit == 0 || n < limit
 	})
+}
+
+// dlqOpenErr describes a failure to open a flowlet's dead-letter queue:
+// "has no dead-letter queue" only when it is missing, not when the store
+// failed (closed, say).
+func dlqOpenErr(flowletName string, err error) error {
+	if errors.Is(err, queue.ErrUnknownQueue) {
+		return fmt.Errorf("flowlet %q has no dead-letter queue: %w", flowletName, err)
+	}
+	return fmt.Errorf("flowlet %q: opening its dead-letter queue: %w", flowletName, err)
 }
 
 // replayed collects the ids of DLQ entries the replay group consumed but
@@ -275,13 +285,15 @@ func (s *Store) ReplayDeadLetters(flowletName string, inputs map[string]string) 
 	dq, rq := DLQName(flowletName), ReplayName(flowletName)
 	info, err := qs.Info(dq)
 	if err != nil {
-		return 0, 0, fmt.Errorf("flowlet %q has no dead-letter queue: %w", flowletName, err)
+		return 0, 0, dlqOpenErr(flowletName, err)
 	}
 	if len(inputs) == 0 {
 		return 0, 0, fmt.Errorf("flowlet %q consumes no input: its dead letters cannot be replayed (inspect them with dlq ls)", flowletName)
 	}
-	if _, err := qs.Info(rq); err != nil {
+	if _, err := qs.Info(rq); errors.Is(err, queue.ErrUnknownQueue) {
 		return 0, 0, fmt.Errorf("flowlet %q has no replay queue (run the app once first): %w", flowletName, err)
+	} else if err != nil {
+		return 0, 0, fmt.Errorf("flowlet %q: opening its replay queue: %w", flowletName, err)
 	}
 	has := false
 	for _, g := range info.Groups {
