@@ -45,14 +45,7 @@ func TestFailedDeleteDepth(t *testing.T) {
 			}
 			// The write deletes the first half of the keys, then fails.
 			deleteKeysTestHook = func(db *badger.DB, keys [][]byte) error {
-				if err := db.Update(func(txn *badger.Txn) error {
-					for _, k := range keys[:len(keys)/2] {
-						if err := txn.Delete(k); err != nil {
-							return err
-						}
-					}
-					return nil
-				}); err != nil {
+				if err := deleteSome(db, keys[:len(keys)/2]); err != nil {
 					return err
 				}
 				return errInjectedDelete
@@ -82,4 +75,16 @@ func mustQueue(t *testing.T, b *Backend, name string) *queueRT {
 		t.Fatal(err)
 	}
 	return q
+}
+
+// deleteSome deletes keys in one Badger transaction.
+func deleteSome(db *badger.DB, keys [][]byte) error {
+	return db.Update(func(txn *badger.Txn) error {
+		for _, k := range keys {
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
