@@ -175,6 +175,9 @@ type App struct {
 	runStop context.CancelFunc
 	runWG   sync.WaitGroup
 	running atomic.Bool
+	// ended: Run returned or the app closed; what changes how it runs
+	// (Pause, Resume) is refused with ErrNotRunning from then on.
+	ended atomic.Bool
 
 	adminMu sync.Mutex // serializes dead-letter listing and replay
 
@@ -435,6 +438,7 @@ func (a *App) Run(ctx context.Context) error {
 	stop()
 	a.scaleMu.Lock() // no Scale starts drivers from now on
 	a.running.Store(false)
+	a.ended.Store(true)
 	a.scaleMu.Unlock()
 	a.runWG.Wait()
 	<-maintDone
@@ -457,6 +461,7 @@ func (a *App) Close() error {
 		return nil
 	}
 	a.closed = true
+	a.ended.Store(true)
 	err := a.closeFlowlets()
 	a.closePlugins()
 	for _, s := range a.gcStores {

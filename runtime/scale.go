@@ -208,11 +208,16 @@ func (a *App) removeLocked(gone []*instance) {
 
 // Pause makes a flowlet's instances start no new step (a step in flight
 // finishes) until Resume. Its input queues fill meanwhile. It returns at
-// once; WaitPaused waits for the steps in flight.
+// once; WaitPaused waits for the steps in flight. Before Run it pauses the
+// flowlet from the start; once Run returned (or the app closed) it returns
+// ErrNotRunning, as Resume does.
 func (a *App) Pause(flowletName string) error {
 	frt := a.byName[flowletName]
 	if frt == nil {
 		return fmt.Errorf("%w %q", ErrUnknownFlowlet, flowletName)
+	}
+	if a.ended.Load() {
+		return ErrNotRunning // before Run it may pause: Run starts paused
 	}
 	if !frt.paused.Swap(true) {
 		a.log.Info("paused", "flowlet", flowletName)
@@ -225,6 +230,9 @@ func (a *App) Resume(flowletName string) error {
 	frt := a.byName[flowletName]
 	if frt == nil {
 		return fmt.Errorf("%w %q", ErrUnknownFlowlet, flowletName)
+	}
+	if a.ended.Load() {
+		return ErrNotRunning
 	}
 	if frt.paused.Swap(false) {
 		a.log.Info("resumed", "flowlet", flowletName)

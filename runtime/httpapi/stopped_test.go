@@ -34,6 +34,8 @@ func TestClosedAppAnswers503(t *testing.T) {
 		{"POST", "/api/v1/dlq/cnt/replay", ""},
 		{"POST", "/api/v1/ingest/cnt?input=web.out", "a\n"},
 		{"POST", "/api/v1/flowlets/cnt/scale", `{"instances": 2}`},
+		{"POST", "/api/v1/flowlets/cnt/pause", ""},
+		{"POST", "/api/v1/flowlets/cnt/resume", ""},
 	} {
 		code, body := do(t, c.method, ts.URL+c.path, "", c.body)
 		var e struct {
@@ -41,6 +43,24 @@ func TestClosedAppAnswers503(t *testing.T) {
 		}
 		if code != 503 || json.Unmarshal(body, &e) != nil || e.Error == "" {
 			t.Errorf("%s %s on a closed app: %d %s, want 503 and a JSON error", c.method, c.path, code, body)
+		}
+	}
+}
+
+// TestStoppedAppPauseAnswers503: once Run returned, a pause or resume
+// changes nothing that will run: 503 (app not running), as every other call
+// that needs the running app, not 200 "paused" (or "parked": true).
+func TestStoppedAppPauseAnswers503(t *testing.T) {
+	a, _ := openApp(t, appYAML)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts := serve(t, a, httpapi.Config{})
+	for _, p := range []string{"/api/v1/flowlets/cnt/pause", "/api/v1/flowlets/cnt/pause?wait=1s", "/api/v1/flowlets/cnt/resume"} {
+		if code, body := do(t, "POST", ts.URL+p, "", ""); code != 503 {
+			t.Errorf("POST %s after Run returned: %d %s, want 503", p, code, body)
 		}
 	}
 }
