@@ -3,6 +3,7 @@ package badgerq
 import (
 	"errors"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -260,13 +261,13 @@ func (d *keyDeleter) flush() error {
 }
 
 // deleteKeysTestHook, if set, replaces deleteKeys's write (tests: a write
-// that fails partway).
-var deleteKeysTestHook func(db *badger.DB, keys [][]byte) error
+// that fails partway). Atomic: a background pass may read it meanwhile.
+var deleteKeysTestHook atomic.Pointer[func(db *badger.DB, keys [][]byte) error]
 
 // deleteKeys deletes keys in one WriteBatch.
 func (b *Backend) deleteKeys(keys [][]byte) error {
-	if h := deleteKeysTestHook; h != nil {
-		return h(b.db, keys)
+	if h := deleteKeysTestHook.Load(); h != nil {
+		return (*h)(b.db, keys)
 	}
 	wb := b.db.NewWriteBatch()
 	defer wb.Cancel()

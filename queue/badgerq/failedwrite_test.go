@@ -44,14 +44,15 @@ func TestFailedDeleteDepth(t *testing.T) {
 				return n.qs.TruncateQueue("q")
 			}
 			// The write deletes the first half of the keys, then fails.
-			deleteKeysTestHook = func(db *badger.DB, keys [][]byte) error {
+			halfLands := func(db *badger.DB, keys [][]byte) error {
 				if err := deleteSome(db, keys[:len(keys)/2]); err != nil {
 					return err
 				}
 				return errInjectedDelete
 			}
+			deleteKeysTestHook.Store(&halfLands)
 			err = remove()
-			deleteKeysTestHook = nil
+			deleteKeysTestHook.Store(nil)
 			if !errors.Is(err, errInjectedDelete) {
 				t.Fatalf("%s with a failing write: %v, want the write's error", how, err)
 			}
