@@ -798,7 +798,11 @@ func testDepth(t *testing.T, e *Env) {
 		drain(t, e, cw, 100)
 	}()
 	began := time.Now()
-	must(t, Step(e.Coord, func() error { return pw.Enqueue(context.Background(), queue.Event{Payload: make([]byte, 90)}) }, pw))
+	// The transaction outlives FullWait: with Step's 10 s it timed out
+	// under load while the producer still waited for room.
+	must(t, stepFor(e.Coord, time.Minute, func() error {
+		return pw.Enqueue(context.Background(), queue.Event{Payload: make([]byte, 90)})
+	}, pw))
 	if time.Since(began) < 40*time.Millisecond {
 		t.Fatalf("enqueue into a full queue did not wait")
 	}
