@@ -89,6 +89,11 @@ type txState struct {
 	pointers []uint64 // checkpoint pointers after id
 	startSeq uint64   // commit sequence when it started: conflicts are commits after it
 	keys     []uint64 // change keys held as pending since CanCommit
+	// dropping: keys an earlier CanCommit held that a later one (or a
+	// one-step commit) no longer names, still held until its record is
+	// durable: until then the earlier COMMITTING, naming them, is the one
+	// recovery trusts, and its participants may have persisted them.
+	dropping []uint64
 	// committing: passed CanCommit, so participants may have persisted data.
 	committing bool
 	// refused: its last CanCommit was refused (a conflict); Commit refuses
@@ -531,7 +536,9 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 	committing := Edit{Kind: EditCommitting, TxID: st.id, Keys: keys}
 	if c.inline {
 		err := c.appendForLocked(st, committing, true)
-		if refusedWhole(err) {
+		if err == nil {
+			c.droppedLocked(st)
+		} else if refusedWhole(err) {
 			c.unreserveLocked(st, was)
 		}
 		return err
@@ -543,7 +550,10 @@ func (c *Coordinator) CanCommit(tx *Tx, changes [][]byte) error {
 	// Participants persist after this returns, so it must be durable: an
 	// unfinished transaction that may have persisted is invalidated on recovery.
 	_, err = c.appendLogged(edits, nil, false, sibling)
-	if refusedWhole(err) { // refused whole: no START either
+	if err == nil && len(was.keys) > 0 { // it may have dropped some
+		m.lock()
+		c.droppedLocked(st)
+	} else if refusedWhole(err) { // refused whole: no START either
 		m.lock()
 		if starts {
 			st.logged = false
@@ -584,8 +594,8 @@ func (st *txState) reservation() reservation {
 
 // unreserveLocked undoes reserveKeysLocked after the log refused the write
 // (too large, a bad staged write: nothing was written): the new keys are let
-// go and the ones held before are held again (unless another transaction
-// took one meanwhile: the log write ran without mu). Like a conflict, it
+// go and the ones held before are held again (none was let go meanwhile:
+// those the write dropped stayed held until it landed). Like a conflict, it
 // leaves st's Commit refused until a CanCommit of it passes: a Commit now
 // would make visible writes whose COMMITTING record never landed.
 func (c *Coordinator) unreserveLocked(st *txState, was reservation) {
@@ -593,7 +603,8 @@ func (c *Coordinator) unreserveLocked(st *txState, was reservation) {
 		return // ended meanwhile (an abort, a timeout): its keys were released
 	}
 	c.conflicts.release(st.id, st.keys)
-	st.keys, st.committing, st.refused = nil, was.committing, true
+	c.conflicts.release(st.id, st.dropping)
+	st.keys, st.dropping, st.committing, st.refused = nil, nil, was.committing, true
 	if len(was.keys) == 0 {
 		return
 	}
@@ -650,15 +661,28 @@ func (c *Coordinator) reserveKeysLocked(st *txState, keys []uint64) error {
 		// participants may have persisted, and its COMMITTING edit, which
 		// recovery trusts, still names them.
 		c.conflicts.hold(st.id, st.keys)
+		c.conflicts.hold(st.id, st.dropping)
 		c.stats.conflicts++
 		return &ConflictError{TxID: st.id, Pending: pending}
 	}
-	if len(st.keys) > 0 { // reserved again: the new keys replace the old
-		c.conflicts.release(st.id, st.keys)
-		c.conflicts.hold(st.id, keys)
-	}
+	// Reserved again: the new keys replace the old once the new record is
+	// durable (droppedLocked); until then the old ones stay held too.
+	st.dropping = append(st.dropping, st.keys...)
 	st.keys = keys
 	return nil
+}
+
+// droppedLocked lets go of the keys st's last CanCommit or commit dropped,
+// now that its record is durable (or st ended: then they are released).
+func (c *Coordinator) droppedLocked(st *txState) {
+	if len(st.dropping) == 0 {
+		return
+	}
+	c.conflicts.release(st.id, st.dropping)
+	st.dropping = nil
+	if c.inProgress[st.id] == st {
+		c.conflicts.hold(st.id, st.keys) // those it named again
+	}
 }
 
 // Commit makes tx's writes visible to every transaction that starts after it
@@ -818,6 +842,7 @@ func (c *Coordinator) finishLocked(st *txState) {
 		c.removeOrderedLocked(p)
 	}
 	c.conflicts.release(st.id, st.keys)
+	c.droppedLocked(st)
 	c.readPointer = max(c.readPointer, st.maxPointer())
 	c.dirty = true
 	if c.conflicts.rotated {
