@@ -192,6 +192,15 @@ func (l *FileLog) Recover() (*State, []Edit, error) {
 			if err := truncateSync(path, int64(off)); err != nil {
 				return nil, nil, err
 			}
+		} else if l.sync {
+			// What is replayed is acted on (commits turn visible, later
+			// ones build on them in the next segment), so it must be
+			// durable first: a process killed during a group sync left
+			// frames written but not synced, which a power loss after
+			// this recovery would take away.
+			if err := syncPath(path); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 	if err := l.openSegment(last + 1); err != nil {
@@ -446,6 +455,18 @@ func truncateSync(path string, size int64) error {
 		return err
 	}
 	return syncClose(f, f.Truncate(size))
+}
+
+// syncPath syncs the segment file at path (one recovery replays).
+func syncPath(path string) error {
+	if h := testHookSegmentSync; h != nil {
+		h(path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	return syncClose(f, nil)
 }
 
 func writeFileSync(path string, b []byte) error {
