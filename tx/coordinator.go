@@ -240,9 +240,17 @@ func Open(opts Options) (*Coordinator, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tx: recover: %w", err)
 		}
-		c.restore(state, edits)
+		refused := c.restore(state, edits)
 		if opts.EndRecoveredTransactions {
 			c.endRecovered()
+		} else if refused {
+			// The refusal is in no log record: replayed once the holder
+			// has ended, the log would let the refused one hold the key,
+			// which may have committed since, and commit. The snapshot
+			// keeps it (a crash before it lands recovers the same way).
+			if err := c.Snapshot(); err != nil {
+				return nil, fmt.Errorf("tx: recover: %w", err)
+			}
 		}
 	}
 	if opts.ExpiryInterval > 0 {

@@ -123,3 +123,29 @@ func TestRecoveredRefusalSurvivesSnapshot(t *testing.T) {
 		t.Fatalf("commit of the refused recovered committer after a snapshot and a restart = %v, want ErrConflict", err)
 	}
 }
+
+// A recovered committer refused for a key another holds stays refused after
+// the holder ends, another transaction commits the key, and the coordinator
+// restarts with no snapshot taken meanwhile. The refusal was only in memory:
+// replayed without the holder (its ABORTED logged now), the log let the
+// refused one hold the key and its Commit went through, though the key had
+// committed since it started (its data persisted before the first crash):
+// a lost update.
+func TestRecoveredRefusalSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	logCommittersOfOneKey(t, dir, 1, 2)
+	c := openFileCoord(t, dir, Options{SnapshotEvery: 1 << 30})
+	if err := c.Abort(&Tx{ID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	other := must[*Tx](t)(c.StartShort(time.Minute))
+	if err := c.CommitWith(other, [][]byte{[]byte("k")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	crash(c)
+	c = openFileCoord(t, dir, Options{})
+	defer c.Close()
+	if err := c.Commit(&Tx{ID: 2}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("commit of the refused recovered committer after its key committed and a restart = %v, want ErrConflict", err)
+	}
+}

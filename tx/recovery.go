@@ -42,7 +42,10 @@ func (c *Coordinator) stateLocked() *State {
 // after they started is not kept (snapshots and COMMITTED edits carry no
 // keys, which keeps both small), so any change key they try to commit
 // conflicts: at worst a spurious conflict, never a lost update.
-func (c *Coordinator) restore(s *State, edits []Edit) {
+//
+// It reports whether it refused a committing transaction a key (see below):
+// Open then snapshots, which keeps the refusal (InProgressTx.Refused).
+func (c *Coordinator) restore(s *State, edits []Edit) (refused bool) {
 	if s != nil {
 		c.nextPointer = max(c.nextPointer, s.NextPointer)
 		c.reserved = s.NextPointer
@@ -84,7 +87,7 @@ func (c *Coordinator) restore(s *State, edits []Edit) {
 			if _, ok := c.conflicts.checkAndHold(st.id, 0, keys); ok {
 				st.keys = keys
 			} else {
-				st.refused = true
+				st.refused, refused = true, true
 			}
 		}
 	}
@@ -93,6 +96,7 @@ func (c *Coordinator) restore(s *State, edits []Edit) {
 	// Started counts them: they end here (committed, aborted, invalidated),
 	// and the counters must add up (Stats).
 	c.stats.started = uint64(len(c.inProgress))
+	return refused
 }
 
 func (c *Coordinator) replay(e Edit) {
