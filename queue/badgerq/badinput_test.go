@@ -116,6 +116,11 @@ func TestBadInputWritesNothing(t *testing.T) {
 	check("Scan partition", n.qs.Scan("q", queue.ScanOptions{Partitions: []int{-1}}, func(queue.Entry) bool { return true }))
 	check("Scan limit", n.qs.Scan("q", queue.ScanOptions{Limit: -1}, func(queue.Entry) bool { return true }))
 	check("backend Scan limit", n.b.Scan("q", queue.ScanOptions{Limit: -1}, func(queue.Entry) bool { return true }))
+	// The backend's own Scan too: a partition past 65535 wrapped to another
+	// one, whose entries came back under the number asked for.
+	for _, part := range []int{-1, 2, 1<<16 + 1} {
+		check("backend Scan partition", n.b.Scan("q", queue.ScanOptions{Partitions: []int{part}}, func(queue.Entry) bool { return true }))
+	}
 	c, _ := n.qs.Consumer("q", "g", 0)
 	ctx := n.coord.NewContext(p, c)
 	_, err := ctx.Start(time.Minute)

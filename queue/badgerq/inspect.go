@@ -114,6 +114,13 @@ func (b *Backend) Scan(name string, opts queue.ScanOptions, fn func(queue.Entry)
 		return err
 	}
 	parts := queue.ScanPartitions(opts.Partitions) // each once, in order
+	for _, p := range parts {
+		// As Queues checks: a key holds the partition in 16 bits, so one
+		// out of range read another partition under the number asked for.
+		if p < 0 || p >= q.cfg.Partitions {
+			return fmt.Errorf("%w: partition %d not in [0, %d)", queue.ErrBadConfig, p, q.cfg.Partitions)
+		}
+	}
 	if parts == nil {
 		for p := range q.cfg.Partitions {
 			parts = append(parts, p)
