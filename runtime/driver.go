@@ -155,7 +155,11 @@ type instance struct {
 	pending []tx.Pending // deferred commits not known durable yet, oldest first (deferred.go)
 }
 
-func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
+// afterInit, set by tests only, runs in newInstance after the flowlet's
+// Init: an error fails the instance there.
+var afterInit func(*instance) error
+
+func (a *App) newInstance(frt *flowletRT, idx int) (_ *instance, err error) {
 	f := frt.fl
 	in := &instance{
 		a: a, frt: frt, fl: f, typ: frt.typ, st: frt.st, idx: idx,
@@ -189,7 +193,20 @@ func (a *App) newInstance(frt *flowletRT, idx int) (*instance, error) {
 			return nil, fmt.Errorf("flowlet %q instance %d: init: %w", f.Name, idx, err)
 		}
 	}
-	var err error
+	// From here on a failure (internal only) closes what Init opened (an
+	// http_source's listener, a file_sink's lock) and the state store.
+	defer func() {
+		if err != nil {
+			if cerr := in.close(); cerr != nil {
+				in.logger.Warn("closing the flowlet of an instance that failed to start", "err", cerr)
+			}
+		}
+	}()
+	if h := afterInit; h != nil {
+		if err = h(in); err != nil {
+			return nil, err
+		}
+	}
 	if in.store, err = state.Open(a.st.db, a.plan.App, f.Name); err != nil {
 		return nil, err
 	}

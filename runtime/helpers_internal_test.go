@@ -4,12 +4,30 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/flowrun/flowrun/planner"
 )
 
 // openYAML plans the app file text yaml and opens it (not running) on a
 // data directory of its own (opts.DataDir, if empty); the app is closed
 // when the test ends.
 func openYAML(t *testing.T, yaml string, opts Options) *App {
+	t.Helper()
+	p, dir := planYAML(t, yaml)
+	if opts.DataDir == "" {
+		opts.DataDir = filepath.Join(dir, "data")
+	}
+	a, err := Open(p, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+// planYAML plans the app file text yaml, written to a directory of its own
+// (returned).
+func planYAML(t *testing.T, yaml string) (*planner.Plan, string) {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "app.yaml")
@@ -20,13 +38,5 @@ func openYAML(t *testing.T, yaml string, opts Options) *App {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts.DataDir == "" {
-		opts.DataDir = filepath.Join(dir, "data")
-	}
-	a, err := Open(p, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	return a
+	return p, dir
 }
