@@ -23,6 +23,17 @@ type Ingester interface {
 	Ingest(ctx context.Context, events [][]byte) error
 }
 
+// IngestRefuser is implemented by Ingesters that can refuse ingests while
+// the runtime runs none of their steps (the HTTP source): after
+// RefuseIngest(err) every ingest not yet in a step — waiting, or in a step
+// that aborts — is answered err at once, as is every later one, until
+// RefuseIngest(nil). The runtime calls it when the source is paused (a
+// PausedError) and resumed, and when the app begins to stop (an
+// ErrNotRunning), so that no request waits for a step that will not come.
+type IngestRefuser interface {
+	RefuseIngest(err error)
+}
+
 // IngestEvent is one event given to App.Ingest.
 type IngestEvent struct {
 	Payload []byte

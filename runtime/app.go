@@ -178,6 +178,9 @@ type App struct {
 	// ended: Run returned or the app closed; what changes how it runs
 	// (Pause, Resume) is refused with ErrNotRunning from then on.
 	ended atomic.Bool
+	// pauseMu serializes Pause, Resume and the stop's refusal of ingests
+	// (refuseIngest), so that a source refuses as the last of them says.
+	pauseMu sync.Mutex
 
 	adminMu sync.Mutex // serializes dead-letter listing and replay
 
@@ -440,6 +443,9 @@ func (a *App) Run(ctx context.Context) error {
 	a.running.Store(false)
 	a.ended.Store(true)
 	a.scaleMu.Unlock()
+	// The requests waiting for a source are answered now, not when the
+	// steps in flight (up to step_timeout) are done and the app closes.
+	a.refuseIngestAll()
 	a.runWG.Wait()
 	<-maintDone
 	<-diskDone

@@ -19,6 +19,10 @@ var (
 	ErrNotScalable    = errors.New("flowlet cannot be scaled")
 	ErrBadRequest     = errors.New("bad request")
 	ErrNotPaused      = errors.New("flowlet is not paused")
+	// ErrPaused: an ingest into a paused source (an http_source) was
+	// refused; the events were not taken. It is back-pressure: send them
+	// again after the resume (HTTP: 503 with Retry-After, PausedError).
+	ErrPaused = errors.New("source is paused")
 	// ErrScaleBusy: Scale's context ended while it waited for a scale in
 	// progress (a scale-down completing in the background, see Scale).
 	ErrScaleBusy = errors.New("a scale is still in progress")
@@ -27,6 +31,20 @@ var (
 	// ErrNotRunning (errors.Is): the source does not run.
 	ErrSourceStopped error = sourceStoppedError{}
 )
+
+// PausedError is the error an ingest into a paused source gets (errors.Is
+// ErrPaused). RetryAfter is the wait its HTTP answer advises (Retry-After):
+// the source takes events again as soon as it is resumed.
+type PausedError struct{ Flowlet string }
+
+// PausedRetryAfter is the Retry-After of an ingest refused by a pause.
+const PausedRetryAfter = time.Second
+
+func (e *PausedError) Error() string {
+	return fmt.Sprintf("%s: %q takes no events until resumed (none of these was taken: send them again)", ErrPaused, e.Flowlet)
+}
+func (e *PausedError) Is(target error) bool      { return target == ErrPaused }
+func (e *PausedError) RetryAfter() time.Duration { return PausedRetryAfter }
 
 type sourceStoppedError struct{}
 
@@ -208,7 +226,10 @@ func (a *App) removeLocked(gone []*instance) {
 
 // Pause makes a flowlet's instances start no new step (a step in flight
 // finishes) until Resume. Its input queues fill meanwhile. It returns at
-// once; WaitPaused waits for the steps in flight. Before Run it pauses the
+// once; WaitPaused waits for the steps in flight. A paused source that
+// takes ingests (IngestRefuser: http_source) refuses them with a
+// PausedError until Resume, the requests already waiting included (those
+// in the step in flight commit with it). Before Run it pauses the
 // flowlet from the start; once Run returned (or the app closed) it returns
 // ErrNotRunning, as Resume does.
 func (a *App) Pause(flowletName string) error {
@@ -216,11 +237,17 @@ func (a *App) Pause(flowletName string) error {
 	if frt == nil {
 		return fmt.Errorf("%w %q", ErrUnknownFlowlet, flowletName)
 	}
+	a.pauseMu.Lock()
+	defer a.pauseMu.Unlock()
 	if a.ended.Load() {
 		return ErrNotRunning // before Run it may pause: Run starts paused
 	}
 	if !frt.paused.Swap(true) {
 		a.log.Info("paused", "flowlet", flowletName)
+	}
+	if frt.source {
+		// Its requests would wait for the resume: refused at once instead.
+		a.refuseIngest(frt, &PausedError{Flowlet: flowletName})
 	}
 	return nil
 }
@@ -231,11 +258,16 @@ func (a *App) Resume(flowletName string) error {
 	if frt == nil {
 		return fmt.Errorf("%w %q", ErrUnknownFlowlet, flowletName)
 	}
+	a.pauseMu.Lock()
+	defer a.pauseMu.Unlock()
 	if a.ended.Load() {
 		return ErrNotRunning
 	}
 	if frt.paused.Swap(false) {
 		a.log.Info("resumed", "flowlet", flowletName)
+	}
+	if frt.source {
+		a.refuseIngest(frt, nil)
 	}
 	frt.resume.notify()
 	frt.parked.notify() // WaitPaused: not paused any more
@@ -336,4 +368,31 @@ func (a *App) StepDurations() map[string]tx.Histogram {
 		m[f.fl.Name] = f.hist.snapshot()
 	}
 	return m
+}
+
+// refuseIngest makes the instances of source frt that take ingests refuse
+// them with err (nil: take them again). Under pauseMu.
+func (a *App) refuseIngest(frt *flowletRT, err error) {
+	a.instMu.Lock()
+	defer a.instMu.Unlock()
+	for _, in := range frt.insts {
+		if r, ok := in.f.(IngestRefuser); ok {
+			r.RefuseIngest(err)
+		}
+	}
+}
+
+// errStopping answers the ingests waiting when the app begins to stop.
+var errStopping = fmt.Errorf("%w: flowrun is stopping; the events were not committed, send them again", ErrNotRunning)
+
+// refuseIngestAll refuses every source's ingests for good: the app stops
+// (ended is set), no step will take them.
+func (a *App) refuseIngestAll() {
+	a.pauseMu.Lock()
+	defer a.pauseMu.Unlock()
+	for _, frt := range a.flowlets {
+		if frt.source {
+			a.refuseIngest(frt, errStopping)
+		}
+	}
 }

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,8 +34,9 @@ func init() {
 // non-empty line; split: body: the whole body is one event). The handler
 // answers 200 {"accepted": n} only after the step that emitted the body's
 // events committed; 503 if the app or the source (after its retries) stops
-// first, 413 when the body or a line is too large. All events of one
-// request commit in one step.
+// first, 413 when the body or a line is too large; 503 with Retry-After at
+// once while the source is paused (the runtime's RefuseIngest). All events
+// of one request commit in one step.
 type HTTPSource struct {
 	addr    string
 	path    string
@@ -48,7 +51,10 @@ type HTTPSource struct {
 	pending  []*ingest
 	inflight []*ingest
 	closed   bool
-	ready    chan struct{}
+	// refuse, while set (RefuseIngest: the source is paused, or the app
+	// stops), answers every ingest not in a step.
+	refuse error
+	ready  chan struct{}
 }
 
 type ingest struct {
@@ -181,6 +187,10 @@ func (s *HTTPSource) handle(w http.ResponseWriter, r *http.Request) {
 			if r.Context().Err() != nil {
 				return // client gone; the events may still commit
 			}
+			var ra interface{ RetryAfter() time.Duration }
+			if errors.As(err, &ra) {
+				w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ra.RetryAfter().Seconds()))))
+			}
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -211,6 +221,10 @@ func (s *HTTPSource) Ingest(ctx context.Context, evs [][]byte) error {
 	if s.closed {
 		s.mu.Unlock()
 		return errClosed
+	}
+	if err := s.refuse; err != nil {
+		s.mu.Unlock()
+		return err
 	}
 	s.pending = append(s.pending, in)
 	s.mu.Unlock()
@@ -265,12 +279,40 @@ func (s *HTTPSource) Committed() {
 	s.inflight = s.inflight[:0]
 }
 
-// Aborted implements runtime.StepObserver: the requests wait for the retry.
+// Aborted implements runtime.StepObserver: the requests wait for the retry,
+// unless ingests are refused (RefuseIngest): then no step may come for
+// them, and they are answered now.
 func (s *HTTPSource) Aborted() {
 	s.mu.Lock()
-	s.pending = append(append([]*ingest(nil), s.inflight...), s.pending...)
+	refuse := s.refuse
+	if refuse == nil {
+		s.pending = append(append([]*ingest(nil), s.inflight...), s.pending...)
+	}
 	s.mu.Unlock()
+	if refuse != nil {
+		for _, in := range s.inflight {
+			in.done <- refuse
+		}
+	}
+	clear(s.inflight)
 	s.inflight = s.inflight[:0]
+}
+
+// RefuseIngest implements runtime.IngestRefuser: with err, the requests
+// waiting (not in a step) are answered err at once, and later ones too,
+// until RefuseIngest(nil). The runtime refuses while the source is paused
+// and once the app begins to stop.
+func (s *HTTPSource) RefuseIngest(err error) {
+	s.mu.Lock()
+	s.refuse = err
+	var refused []*ingest
+	if err != nil {
+		refused, s.pending = s.pending, nil
+	}
+	s.mu.Unlock()
+	for _, in := range refused {
+		in.done <- err
+	}
 }
 
 func (s *HTTPSource) Close() error {

@@ -1,6 +1,7 @@
 package builtin
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -28,5 +29,41 @@ func TestHTTPSourceAddrNeedsHost(t *testing.T) {
 	ctx := flowlettest.New("web")
 	if err := ctx.Init(&HTTPSource{}, map[string]any{"addr": ":0"}); err == nil {
 		t.Error("Init listened on every interface for an address without a host")
+	}
+}
+
+// TestHTTPSourceRefuseIngest: RefuseIngest answers a request already
+// waiting (not in a step) at once with its error, and later ones too, until
+// RefuseIngest(nil); a refused step's requests (Aborted) are answered too.
+func TestHTTPSourceRefuseIngest(t *testing.T) {
+	s := &HTTPSource{}
+	if err := flowlettest.New("web").Init(s, map[string]any{"addr": "127.0.0.1:0"}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	refused := errors.New("refused")
+	errc := make(chan error, 1)
+	go func() { errc <- s.Ingest(context.Background(), [][]byte{[]byte("a")}) }()
+	<-s.Ready() // waiting now
+	s.RefuseIngest(refused)
+	if err := <-errc; err != refused {
+		t.Errorf("waiting request: %v, want the refusal", err)
+	}
+	if err := s.Ingest(context.Background(), [][]byte{[]byte("b")}); err != refused {
+		t.Errorf("request while refused: %v, want the refusal", err)
+	}
+
+	// In a step when the refusal comes: that step aborts.
+	s.RefuseIngest(nil)
+	go func() { errc <- s.Ingest(context.Background(), [][]byte{[]byte("c")}) }()
+	<-s.Ready()
+	ctx := flowlettest.New("web")
+	if err := s.Generate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.RefuseIngest(refused)
+	s.Aborted()
+	if err := <-errc; err != refused {
+		t.Errorf("request of an aborted step while refused: %v, want the refusal", err)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/internal/testgate"
@@ -103,5 +105,30 @@ connections:
 		if *resp.Parked != want {
 			t.Errorf("pause %s before the app runs: parked %v, want %v", fl, *resp.Parked, want)
 		}
+	}
+}
+
+// TestIngestIntoPausedSource: an ingest into a paused http_source is
+// refused at once, 503 with Retry-After (back-pressure: send again after
+// the resume), not held until the resume; after it, it is taken.
+func TestIngestIntoPausedSource(t *testing.T) {
+	a, ts := startApp(t, httpapi.Config{})
+	if err := a.Pause("web"); err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: time.Minute} // a hang deadline only
+	resp, err := client.Post(ts.URL+"/api/v1/ingest/web", "text/plain", strings.NewReader("p1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("ingest into the paused source: %d, Retry-After %q; want 503, 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if err := a.Resume("web"); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := do(t, "POST", ts.URL+"/api/v1/ingest/web", "", "p2\n"); code != 200 {
+		t.Errorf("ingest after the resume: %d %s", code, body)
 	}
 }

@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -350,6 +352,13 @@ func fail(w http.ResponseWriter, err error) {
 		code = http.StatusConflict
 	case errors.Is(err, runtime.ErrNotRunning):
 		code = http.StatusServiceUnavailable
+	case errors.Is(err, runtime.ErrPaused):
+		// Back-pressure: an ingest into a paused source, to send again.
+		code = http.StatusServiceUnavailable
+		var pe *runtime.PausedError
+		if errors.As(err, &pe) {
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(pe.RetryAfter().Seconds()))))
+		}
 	case errors.Is(err, queue.ErrClosed), errors.Is(err, tx.ErrClosed), errors.Is(err, badger.ErrDBClosed):
 		// A request still in flight when the app closed its store.
 		code = http.StatusServiceUnavailable
