@@ -77,6 +77,7 @@ func (sp *space) scan(m *merge, opts flowlet.ScanOptions, over []overlay, fold f
 	slices.SortFunc(over, func(a, b overlay) int { return bytes.Compare([]byte(a.key), []byte(b.key)) })
 	m.over, m.limit = over, opts.Limit
 	m.c = newCursor(rt, sp.s, sp.prefix, opts, fold, &m.cur)
+	m.s, m.slot = sp.s, len(sp.s.scans)
 	sp.s.scans = append(sp.s.scans, m)
 	return nil
 }
@@ -92,6 +93,8 @@ type overlay struct {
 // merge walks a cursor's stored keys and the step's sorted writes together,
 // in key order: what tableIter and counterIter share.
 type merge struct {
+	s     *Store
+	slot  int // m's index in s.scans while it is open
 	c     *cursor
 	cur   resolved // the cursor's current stored key
 	over  []overlay
@@ -138,16 +141,25 @@ func (m *merge) Close() error {
 	if !m.closed {
 		m.closed = true
 		m.c.close()
+		// Out of the step's open iterators (moving the last into its
+		// slot): a step that scans per event must not keep them all.
+		l := m.s.scans
+		last := l[len(l)-1]
+		l[m.slot], last.slot = last, m.slot
+		l[len(l)-1] = nil
+		m.s.scans = l[:len(l)-1]
 	}
 	return nil
 }
 
 // end closes m as its step ends, if the flowlet has not: Badger panics
 // when a read view is discarded with an iterator open. It is dead after.
+// The Store clears its list of open iterators itself.
 func (m *merge) end() {
 	if !m.closed {
 		m.err = ErrNoTransaction
-		m.Close()
+		m.closed = true
+		m.c.close()
 	}
 }
 

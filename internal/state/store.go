@@ -24,7 +24,7 @@ type Store struct {
 
 	tx   *tx.Tx
 	rtxn *badger.Txn // lazily opened read view for the current step
-	// scans are the step's iterators on rtxn, closed at its end.
+	// scans are the step's open iterators on rtxn, closed at its end.
 	scans []*merge
 
 	tables   map[string]*Table
