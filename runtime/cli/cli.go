@@ -109,6 +109,9 @@ func (g *globals) root() *cobra.Command {
 	for _, c := range root.Commands() {
 		if c.HasSubCommands() && !c.Runnable() {
 			c.RunE = unknownSubcommand
+			// cobra's distance for its own suggestions (it sets it on the
+			// root only): 0 would suggest prefixes alone.
+			c.SuggestionsMinimumDistance = 2
 		}
 	}
 	return root

@@ -32,8 +32,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"plan", "--dot", "--json", app}, "[dot json] were all set"},
 		// A mistyped subcommand used to print the group's help and exit 0,
 		// and a bad log flag to pass unseen where nothing logs.
-		{[]string{"queue", "tial", "x", "q"}, `unknown command "tial" for "flowrun queue"`},
-		{[]string{"state", "scna", "x", "f"}, `unknown command "scna" for "flowrun state"`},
+		// With a suggestion, as cobra makes for a mistyped command (the
+		// group's own distance was 0: only prefixes were suggested).
+		{[]string{"queue", "tial", "x", "q"}, `unknown command "tial" for "flowrun queue" (did you mean tail?)`},
+		{[]string{"state", "scna", "x", "f"}, `unknown command "scna" for "flowrun state" (did you mean scan?)`},
+		{[]string{"dlq", "lst", "x"}, `unknown command "lst" for "flowrun dlq" (did you mean ls?)`},
 		{[]string{"types", "--log-level", "loud"}, `--log-level: slog: level string "loud": unknown name`},
 		{[]string{"queue", "ls", "x", "--log-format", "xml"}, `--log-format must be text or json, not "xml"`},
 	} {
