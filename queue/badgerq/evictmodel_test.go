@@ -24,7 +24,8 @@ import (
 // committed after it was added), no aborted event ever, and the counter the
 // depth limits bound is the depth plus the open producers' reservations
 // after every step, the depth what is stored (also after eviction passes
-// and truncates whose delete write lands in part and fails). An entry
+// and truncates whose delete write lands in part and fails), and Info's lag
+// the stored events a group has not consumed. An entry
 // evicted before a group read it is missing at the end.
 func TestEvictAgainstModel(t *testing.T) {
 	for _, fast := range []bool{true, false} {
@@ -98,6 +99,7 @@ func runEvictModel(t *testing.T, fast bool, seed uint64) {
 	var cons []*modelConsumer
 	next := 0
 
+	checks := 0
 	check := func(step string) {
 		t.Helper()
 		var res int64
@@ -107,6 +109,29 @@ func runEvictModel(t *testing.T, fast bool, seed uint64) {
 		// Open producers have stored nothing yet (the general path persists
 		// in Finish): the depth is what is stored.
 		checkDepthStored(t, b, "q", res, "after "+step)
+		// Lag of the groups there from the start: the stored events
+		// their committed deliveries do not include. After restarts (the
+		// general path's unresolved slots) and every tenth step: a scan
+		// per step doubled the test's time.
+		if checks++; step != "restart" && checks%10 != 0 {
+			return
+		}
+		want := map[string]int64{}
+		must(qs.Scan("q", queue.ScanOptions{}, func(e queue.Entry) bool {
+			for _, g := range []string{"f", "r", "h"} {
+				if delivered[g][string(e.Payload)] == 0 {
+					want[g]++
+				}
+			}
+			return true
+		}))
+		info, err := qs.Info("q")
+		must(err)
+		for _, gi := range info.Groups {
+			if w, ok := want[gi.Name]; ok && gi.Lag != w || !ok && gi.Name != "d" && gi.Lag != 0 {
+				t.Fatalf("after %s: group %s lag %d, want %d", step, gi.Name, gi.Lag, w)
+			}
+		}
 	}
 	endConsumer := func(i int, commit bool) {
 		c := cons[i]

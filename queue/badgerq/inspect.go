@@ -8,6 +8,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/tx"
 )
 
 // Info implements queue.Backend. Lag is counted from entry keys and the
@@ -39,13 +40,21 @@ type groupView struct {
 }
 
 func (b *Backend) info(q *queueRT) (queue.QueueInfo, error) {
+	var snap *tx.Tx
+	if c := b.opts.Coordinator; c != nil && q.hasUnresolvedVersions() {
+		// Only a snapshot tells which stored version committed.
+		if t, err := c.StartShort(min(time.Minute, c.MaxTimeout())); err == nil {
+			defer c.Abort(t)
+			snap = t
+		}
+	}
 	q.mu.Lock()
 	var views []*groupView
 	for _, gm := range q.meta.Groups {
 		g := q.groups[gm.Name]
 		v := &groupView{info: queue.GroupInfo{Group: g.meta.Group}, states: make([]partState, len(g.slots))}
 		for p, s := range g.slots {
-			if st := s.evictView(); st != nil {
+			if st := s.infoView(snap); st != nil {
 				v.states[p] = st.clone()
 				v.info.Consumed += int64(st.consumed)
 				v.info.Expired += int64(st.expired)
@@ -73,6 +82,38 @@ func (b *Backend) info(q *queueRT) (queue.QueueInfo, error) {
 		info.Groups = append(info.Groups, v.info)
 	}
 	return info, err
+}
+
+// hasUnresolvedVersions reports whether a slot not resolved yet stores
+// more than one state version (general path, after a restart).
+func (q *queueRT) hasUnresolvedVersions() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, g := range q.groups {
+		for _, s := range g.slots {
+			if !s.resolved && len(s.versions) > 1 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// infoView is the state Info reports for a slot: the committed one, or
+// before the slot is resolved the newest stored version snap sees.
+// evictView (the oldest, always committed) is what eviction may trust, but
+// on the general path it is one commit behind after a restart until a
+// consumer resolves the slot: Info reported the lag too high and the
+// consumed count too low (TestInfoAfterRestartGeneralPath). Under q.mu.
+func (s *slot) infoView(snap *tx.Tx) *partState {
+	if !s.resolved && snap != nil {
+		for i := range s.versions {
+			if v := &s.versions[i]; v.wp == 0 || snap.Visible(v.wp) {
+				return &v.st
+			}
+		}
+	}
+	return s.evictView()
 }
 
 // undone is how many events of entry k a group with level state l has not
