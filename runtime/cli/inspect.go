@@ -390,10 +390,8 @@ func (g *globals) stateGet(args []string, counters bool) error {
 	}
 	if out.Count != nil {
 		fmt.Fprintln(g.stdout, *out.Count)
-	} else if out.Value.Text != nil {
-		fmt.Fprintln(g.stdout, *out.Value.Text)
 	} else {
-		fmt.Fprintln(g.stdout, strconv.Quote(string(out.Value.Raw())))
+		fmt.Fprintln(g.stdout, printable(out.Value.Raw()))
 	}
 	return nil
 }

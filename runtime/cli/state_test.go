@@ -106,3 +106,26 @@ connections:
 		t.Fatalf("queue tail: exit %d\nstdout: %q\nstderr: %s", code, stdout, stderr)
 	}
 }
+
+// state get prints a value as state scan does: printable (a valid UTF-8
+// value went to the terminal raw, escape sequences and all).
+func TestStateGetEscapes(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	app := writeApp(t, dir, "app.yaml", `app: esc
+flowlets:
+  gen: {type: generator, config: {count: 1, payload: "p\e]0;owned\a{seq}"}}
+  cnt: {type: clitest_counts}
+connections:
+  - {from: gen, to: cnt}
+`)
+	if code, out := runCLI(t, "run", "--drain", "--progress", "never", "--no-sync", "--http", "off", "--data", data, app); code != 0 {
+		t.Fatalf("run: exit %d\n%s", code, out)
+	}
+	for _, args := range [][]string{{"get", app, "cnt", "last", "k"}, {"scan", app, "cnt", "last"}} {
+		code, stdout, stderr := runCLI2(t, append([]string{"state", "--data", data}, args...)...)
+		if code != 0 || strings.ContainsAny(stdout, "\x1b\a") || !strings.Contains(stdout, `"p\x1b]0;owned\a0"`) {
+			t.Errorf("state %s: exit %d\nstdout: %q\nstderr: %s", args[0], code, stdout, stderr)
+		}
+	}
+}
