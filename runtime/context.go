@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
@@ -85,13 +86,129 @@ type stepCtx struct {
 	counters map[string]*counterView
 	payload  []byte              // scratch for envelopes
 	opts     flowlet.EmitOptions // an emit's resolved options, reused (Resolve)
+
+	// mu guards what a flowlet may reach through a Context it kept past
+	// its call (from a goroutine of its own): h, the step's handle, and
+	// open, true only while a call of the flowlet runs (call). Every method
+	// of a handle, its tables, counters and iterators takes mu and checks
+	// both, so that once the call returned they give flowlet.ErrStepEnded
+	// and nothing reaches the next step (the runtime reuses this stepCtx).
+	mu   sync.Mutex
+	h    *callCtx
+	open bool
 }
 
+// callCtx is the flowlet.Context the flowlet's calls of one step get (one
+// per step: a kept one never becomes valid again).
+type callCtx struct{ c *stepCtx }
+
 var (
-	_ flowlet.Context   = (*stepCtx)(nil)
-	_ DeadLetterer      = (*stepCtx)(nil)
-	_ EventDeadLetterer = (*stepCtx)(nil)
+	_ flowlet.Context   = (*callCtx)(nil)
+	_ DeadLetterer      = (*callCtx)(nil)
+	_ EventDeadLetterer = (*callCtx)(nil)
 )
+
+// call runs fn, a call of the flowlet, with the step's handle: valid until
+// fn returns. A panic is returned as a PanicError (safeCall).
+func (c *stepCtx) call(fn func(flowlet.Context) error) error {
+	c.mu.Lock()
+	c.open = true
+	h := c.h
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.open = false
+		c.mu.Unlock()
+	}()
+	return safeCall(func() error { return fn(h) })
+}
+
+// lock takes c.mu if h is its step's handle during one of its calls, and
+// reports whether it did.
+func (h *callCtx) lock() bool {
+	c := h.c
+	c.mu.Lock()
+	if c.h == h && c.open {
+		return true
+	}
+	c.mu.Unlock()
+	return false
+}
+
+func (h *callCtx) unlock() { h.c.mu.Unlock() }
+
+// endedContext stands for the context.Context of an ended step: done, with
+// the cause flowlet.ErrStepEnded (as a plugin's Context).
+var endedContext = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(flowlet.ErrStepEnded)
+	return ctx
+}()
+
+// ctx is the step's context.Context while h is live, endedContext after.
+func (h *callCtx) ctx() context.Context {
+	if !h.lock() {
+		return endedContext
+	}
+	defer h.unlock()
+	return h.c.Context
+}
+
+func (h *callCtx) Deadline() (time.Time, bool) { return h.ctx().Deadline() }
+func (h *callCtx) Done() <-chan struct{}       { return h.ctx().Done() }
+func (h *callCtx) Err() error                  { return h.ctx().Err() }
+func (h *callCtx) Value(key any) any           { return h.ctx().Value(key) }
+
+// Emit implements flowlet.Context.
+func (h *callCtx) Emit(output string, payload []byte, opts ...flowlet.EmitOption) error {
+	if !h.lock() {
+		return flowlet.ErrStepEnded
+	}
+	defer h.unlock()
+	return h.c.Emit(output, payload, opts...)
+}
+
+// DeadLetter implements DeadLetterer.
+func (h *callCtx) DeadLetter(payload []byte, reason string) error {
+	if !h.lock() {
+		return flowlet.ErrStepEnded
+	}
+	defer h.unlock()
+	return h.c.DeadLetter(payload, reason)
+}
+
+// DeadLetterEvent implements EventDeadLetterer.
+func (h *callCtx) DeadLetterEvent(ev flowlet.Event, reason string) error {
+	if !h.lock() {
+		return flowlet.ErrStepEnded
+	}
+	defer h.unlock()
+	return h.c.DeadLetterEvent(ev, reason)
+}
+
+// State implements flowlet.Context. A table of an ended step gives
+// flowlet.ErrStepEnded.
+func (h *callCtx) State(name string) flowlet.Table {
+	if !h.lock() {
+		return endedTable{}
+	}
+	defer h.unlock()
+	return h.c.State(name)
+}
+
+// Counters implements flowlet.Context.
+func (h *callCtx) Counters(name string) flowlet.Counters {
+	if !h.lock() {
+		return endedCounters{}
+	}
+	defer h.unlock()
+	return h.c.Counters(name)
+}
+
+func (h *callCtx) Name() string         { return h.c.in.fl.Name }
+func (h *callCtx) Instance() int        { return h.c.in.idx }
+func (h *callCtx) Instances() int       { return int(h.c.in.frt.n.Load()) }
+func (h *callCtx) Logger() *slog.Logger { return h.c.in.logger }
 
 type mark struct {
 	emits, dead, undo, writes int
@@ -99,7 +216,15 @@ type mark struct {
 }
 
 func (c *stepCtx) reset(ctx context.Context) {
+	c.mu.Lock()
 	c.Context = ctx
+	c.h = &callCtx{c: c}
+	c.open = false
+	c.mu.Unlock()
+	// Tables and counters are handed out per step: a kept one is of its
+	// step's handle.
+	clear(c.tables)
+	clear(c.counters)
 	clear(c.emits)
 	c.emits = c.emits[:0]
 	c.dead = c.dead[:0]
@@ -226,7 +351,7 @@ func (c *stepCtx) State(name string) flowlet.Table {
 	if v := c.tables[name]; v != nil {
 		return v
 	}
-	v := &tableView{c: c, t: c.in.store.Table(name), name: name}
+	v := &tableView{c: c, h: c.h, t: c.in.store.Table(name), name: name}
 	c.tables[name] = v
 	return v
 }
@@ -236,7 +361,7 @@ func (c *stepCtx) Counters(name string) flowlet.Counters {
 	if v := c.counters[name]; v != nil {
 		return v
 	}
-	v := &counterView{c: c, t: c.in.store.Counters(name)}
+	v := &counterView{c: c, h: c.h, t: c.in.store.Counters(name)}
 	c.counters[name] = v
 	return v
 }
@@ -246,8 +371,10 @@ func (c *stepCtx) Instance() int        { return c.in.idx }
 func (c *stepCtx) Instances() int       { return int(c.in.frt.n.Load()) }
 func (c *stepCtx) Logger() *slog.Logger { return c.in.logger }
 
+// tableView is a table as a step's calls see it (h: that step's handle).
 type tableView struct {
 	c    *stepCtx
+	h    *callCtx
 	t    *state.Table
 	name string
 }
@@ -270,9 +397,19 @@ func (v *tableView) save(key []byte) error {
 	return nil
 }
 
-func (v *tableView) Get(key []byte) ([]byte, bool, error) { return v.t.Get(key) }
+func (v *tableView) Get(key []byte) ([]byte, bool, error) {
+	if !v.h.lock() {
+		return nil, false, flowlet.ErrStepEnded
+	}
+	defer v.h.unlock()
+	return v.t.Get(key)
+}
 
 func (v *tableView) Put(key, value []byte) error {
+	if !v.h.lock() {
+		return flowlet.ErrStepEnded
+	}
+	defer v.h.unlock()
 	if err := v.save(key); err != nil {
 		return err
 	}
@@ -281,6 +418,10 @@ func (v *tableView) Put(key, value []byte) error {
 }
 
 func (v *tableView) Delete(key []byte) error {
+	if !v.h.lock() {
+		return flowlet.ErrStepEnded
+	}
+	defer v.h.unlock()
 	if err := v.save(key); err != nil {
 		return err
 	}
@@ -288,14 +429,25 @@ func (v *tableView) Delete(key []byte) error {
 	return v.t.Delete(key)
 }
 
-func (v *tableView) Scan(opts flowlet.ScanOptions) flowlet.Iterator { return v.t.Scan(opts) }
+func (v *tableView) Scan(opts flowlet.ScanOptions) flowlet.Iterator {
+	if !v.h.lock() {
+		return endedIter{}
+	}
+	defer v.h.unlock()
+	return &stepIter{h: v.h, it: v.t.Scan(opts)}
+}
 
 type counterView struct {
 	c *stepCtx
+	h *callCtx
 	t *state.Counters
 }
 
 func (v *counterView) Add(key []byte, delta int64) error {
+	if !v.h.lock() {
+		return flowlet.ErrStepEnded
+	}
+	defer v.h.unlock()
 	if err := v.t.Add(key, delta); err != nil {
 		return err
 	}
@@ -306,8 +458,96 @@ func (v *counterView) Add(key []byte, delta int64) error {
 	return nil
 }
 
-func (v *counterView) Get(key []byte) (int64, error) { return v.t.Get(key) }
+func (v *counterView) Get(key []byte) (int64, error) {
+	if !v.h.lock() {
+		return 0, flowlet.ErrStepEnded
+	}
+	defer v.h.unlock()
+	return v.t.Get(key)
+}
 
 func (v *counterView) Scan(opts flowlet.ScanOptions) flowlet.CounterIterator {
-	return v.t.Scan(opts)
+	if !v.h.lock() {
+		return endedIter{}
+	}
+	defer v.h.unlock()
+	return &stepCounterIter{stepIter{h: v.h, cit: v.t.Scan(opts)}}
 }
+
+// stepIter is a table's (it) or counters' (cit) iterator of a step: once
+// the step's call returned, Next is false and Err flowlet.ErrStepEnded (the
+// store ends the step's iterators with it, Close included). Key, Value and
+// Count read the iterator's own copies.
+type stepIter struct {
+	h   *callCtx
+	it  flowlet.Iterator
+	cit flowlet.CounterIterator
+}
+
+type stepCounterIter struct{ stepIter }
+
+func (i *stepIter) Next() bool {
+	if !i.h.lock() {
+		return false
+	}
+	defer i.h.unlock()
+	if i.cit != nil {
+		return i.cit.Next()
+	}
+	return i.it.Next()
+}
+
+func (i *stepIter) Key() []byte {
+	if i.cit != nil {
+		return i.cit.Key()
+	}
+	return i.it.Key()
+}
+
+func (i *stepIter) Value() []byte { return i.it.Value() }
+
+func (i *stepCounterIter) Count() int64 { return i.cit.Count() }
+
+func (i *stepIter) Err() error {
+	if !i.h.lock() {
+		return flowlet.ErrStepEnded
+	}
+	defer i.h.unlock()
+	if i.cit != nil {
+		return i.cit.Err()
+	}
+	return i.it.Err()
+}
+
+func (i *stepIter) Close() error {
+	if !i.h.lock() {
+		return nil // the store ended it with the step
+	}
+	defer i.h.unlock()
+	if i.cit != nil {
+		return i.cit.Close()
+	}
+	return i.it.Close()
+}
+
+// endedTable, endedCounters and endedIter are what an ended step's Context
+// gives out: every call fails with flowlet.ErrStepEnded.
+type (
+	endedTable    struct{}
+	endedCounters struct{}
+	endedIter     struct{}
+)
+
+func (endedTable) Get([]byte) ([]byte, bool, error)                    { return nil, false, flowlet.ErrStepEnded }
+func (endedTable) Put(_, _ []byte) error                               { return flowlet.ErrStepEnded }
+func (endedTable) Delete([]byte) error                                 { return flowlet.ErrStepEnded }
+func (endedTable) Scan(flowlet.ScanOptions) flowlet.Iterator           { return endedIter{} }
+func (endedCounters) Add([]byte, int64) error                          { return flowlet.ErrStepEnded }
+func (endedCounters) Get([]byte) (int64, error)                        { return 0, flowlet.ErrStepEnded }
+func (endedCounters) Scan(flowlet.ScanOptions) flowlet.CounterIterator { return endedIter{} }
+func (endedIter) Next() bool                                           { return false }
+func (endedIter) Key() []byte                                          { return nil }
+func (endedIter) Value() []byte                                        { return nil }
+func (endedIter) Count() int64                                         { return 0 }
+func (endedIter) Err() error                                           { return flowlet.ErrStepEnded }
+func (endedIter) Close() error                                         { return nil }

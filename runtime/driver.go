@@ -985,7 +985,7 @@ func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait tim
 			batch[i] = live[i].ev
 		}
 		sc.emitErr = nil
-		err := safeCall(func() error { return in.batch.ProcessBatch(sc, batch) })
+		err := sc.call(func(c flowlet.Context) error { return in.batch.ProcessBatch(c, batch) })
 		in.batchDone(batch)
 		if err == nil {
 			err = sc.emitErr
@@ -1025,11 +1025,11 @@ func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait tim
 		m := sc.begin(&e.ev)
 		var err error
 		if in.proc != nil {
-			err = safeCall(func() error { return in.proc.Process(sc, e.ev) })
+			err = sc.call(func(c flowlet.Context) error { return in.proc.Process(c, e.ev) })
 		} else {
 			one := in.batchSlice(1)
 			one[0] = e.ev
-			err = safeCall(func() error { return in.batch.ProcessBatch(sc, one) })
+			err = sc.call(func(c flowlet.Context) error { return in.batch.ProcessBatch(c, one) })
 			in.batchDone(one)
 		}
 		if err == nil {
@@ -1121,7 +1121,7 @@ func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 		if err != nil {
 			return srcMore, err
 		}
-		gerr := safeCall(func() error { return in.src.Generate(sc) })
+		gerr := sc.call(in.src.Generate)
 		res := srcMore
 		switch {
 		case errors.Is(gerr, flowlet.ErrIdle):
@@ -1188,14 +1188,14 @@ func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 // goes to the dead-letter queue (input "tick") and the next tick comes as
 // usual.
 func (in *instance) tick(ctx context.Context) error {
-	return in.ownStep(ctx, "tick", func(sc *stepCtx) error { return in.ticker.Tick(sc) })
+	return in.ownStep(ctx, "tick", in.ticker.Tick)
 }
 
 // publish runs Publish in a transaction of its own. A sink that cannot
 // publish after the retries stops the app: its output would silently fall
 // behind otherwise.
 func (in *instance) publish(ctx context.Context) error {
-	return in.ownStep(ctx, "publish", func(sc *stepCtx) error { return in.pub.Publish(sc) })
+	return in.ownStep(ctx, "publish", in.pub.Publish)
 }
 
 // errGaveUp marks an own step (publish) that failed after every retry.
@@ -1204,7 +1204,7 @@ type errGaveUp struct{ err error }
 func (e *errGaveUp) Error() string { return e.err.Error() }
 func (e *errGaveUp) Unwrap() error { return e.err }
 
-func (in *instance) ownStep(ctx context.Context, what string, fn func(*stepCtx) error) error {
+func (in *instance) ownStep(ctx context.Context, what string, fn func(flowlet.Context) error) error {
 	tries := 0
 	var gaveUp error // a tick's last failure, after its retries: the step is its dead-letter record
 	for {
@@ -1215,7 +1215,7 @@ func (in *instance) ownStep(ctx context.Context, what string, fn func(*stepCtx) 
 		if gaveUp != nil {
 			sc.dead = append(sc.dead, DeadLetter{Flowlet: in.fl.Name, Input: what, Error: gaveUp.Error(), Attempts: tries, Time: time.Now()})
 		} else {
-			err = safeCall(func() error { return fn(sc) })
+			err = sc.call(fn)
 			if err == nil {
 				err = sc.emitErr
 			}
