@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,9 +20,11 @@ import (
 // commit or abort, consumers of FIFO, round-robin and hash groups whose
 // transactions stay open too (older snapshots) and commit or abort,
 // eviction passes, rescales, strategy changes, a group added later,
-// priorities and restarts, and checks against a model: every committed
+// priorities, restarts and (some seeds) a TTL on a clock the steps move,
+// and checks against a model: every committed
 // event is delivered exactly once per group (a group added later: once if
-// committed after it was added), no aborted event ever, and the counter the
+// committed after it was added; with a TTL, none if it expired), no
+// aborted event ever, and the counter the
 // depth limits bound is the depth plus the open producers' reservations
 // after every step (and the producers holding room counted as holders),
 // the depth what is stored (also after eviction passes
@@ -71,8 +74,16 @@ func runEvictModel(t *testing.T, fast bool, seed uint64) {
 	}
 	var b *Backend
 	var qs *queue.Queues
+	// Seeds 2 mod 4 give the queue a TTL on a clock the steps move on.
+	var ttl time.Duration
+	if seed%4 == 2 {
+		ttl = 100 * time.Millisecond
+	}
+	var clockMs atomic.Int64 // read by background passes too
+	clockMs.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
+	now := func() time.Time { return time.UnixMilli(clockMs.Load()) }
 	open := func() {
-		b, err = Open(db, Options{Coordinator: coord, FastPath: fast, EvictInterval: -1, GCInterval: -1, WritebackInterval: -1})
+		b, err = Open(db, Options{Coordinator: coord, FastPath: fast, EvictInterval: -1, GCInterval: -1, WritebackInterval: -1, Now: now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +99,7 @@ func runEvictModel(t *testing.T, fast bool, seed uint64) {
 	// Odd seeds bound the queue, and most of those runs reach the bound
 	// (FullWait 0: a refused Enqueue fails at once and the producer goes
 	// on without that event).
-	cfg := queue.Config{Partitions: 3}
+	cfg := queue.Config{Partitions: 3, TTL: ttl}
 	if seed%2 == 1 {
 		cfg.MaxEvents = 30
 	}
@@ -98,7 +109,8 @@ func runEvictModel(t *testing.T, fast bool, seed uint64) {
 	for _, g := range []string{"f", "r", "h"} {
 		must(qs.AddGroup("q", queue.Group{Name: g, Strategy: strategies[g], Instances: groups[g]}))
 	}
-	committedAt := map[string]int{} // payload → commit number
+	committedAt := map[string]int{}   // payload → commit number
+	committedMs := map[string]int64{} // payload → clock at its commit
 	aborted := map[string]bool{}
 	delivered := map[string]map[string]int{"f": {}, "r": {}, "h": {}}
 	addedAt := map[string]int{"f": 0, "r": 0, "h": 0}
@@ -124,10 +136,11 @@ func runEvictModel(t *testing.T, fast bool, seed uint64) {
 			t.Fatalf("after %s: %d holders counted, %d producers hold room", step, q.holders.Load(), holding)
 		}
 		// Lag of the groups there from the start: the stored events
-		// their committed deliveries do not include. After restarts (the
-		// general path's unresolved slots) and every tenth step: a scan
-		// per step doubled the test's time.
-		if checks++; step != "restart" && checks%10 != 0 {
+		// their committed deliveries do not include (without a TTL: an
+		// expired event a group passed stays stored until evicted). After
+		// restarts (the general path's unresolved slots) and every tenth
+		// step: a scan per step doubled the test's time.
+		if checks++; ttl > 0 || step != "restart" && checks%10 != 0 {
 			return
 		}
 		want := map[string]int64{}
@@ -207,6 +220,9 @@ func runEvictModel(t *testing.T, fast bool, seed uint64) {
 
 	const steps = 400
 	for step := 0; step < steps; step++ {
+		if ttl > 0 && rng.IntN(8) == 0 {
+			clockMs.Add(int64(rng.IntN(60))) // a few steps' events expire
+		}
 		var what string
 		switch r := rng.IntN(100); {
 		case r < 12 && len(prods) < 4:
@@ -250,6 +266,7 @@ func runEvictModel(t *testing.T, fast bool, seed uint64) {
 				commits++
 				for _, s := range p.pending {
 					committedAt[s] = commits
+					committedMs[s] = clockMs.Load()
 				}
 			}
 		case r < 62 && len(cons) < 3:
@@ -324,6 +341,7 @@ func runEvictModel(t *testing.T, fast bool, seed uint64) {
 		commits++
 		for _, s := range p.pending {
 			committedAt[s] = commits
+			committedMs[s] = clockMs.Load()
 		}
 	}
 	prods = nil
@@ -346,7 +364,8 @@ func runEvictModel(t *testing.T, fast bool, seed uint64) {
 	}
 	for g, m := range delivered {
 		for s, at := range committedAt {
-			if at > max(addedAt[g], truncatedAt) && m[s] != 1 {
+			expired := ttl > 0 && clockMs.Load()-committedMs[s] > ttl.Milliseconds()
+			if at > max(addedAt[g], truncatedAt) && m[s] != 1 && !(expired && m[s] == 0) {
 				t.Errorf("group %s got %s %d times (committed at %d, group added at %d)", g, s, m[s], at, addedAt[g])
 			}
 		}
