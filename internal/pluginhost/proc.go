@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -417,8 +418,13 @@ type logWriter struct {
 const tailLines = 30
 
 // maxLogLine bounds a line of the plugin's stderr: a longer one is logged
-// in pieces, so that output without newlines cannot grow the buffer.
-const maxLogLine = 64 << 10
+// in pieces, so that output without newlines cannot grow the buffer. It is
+// well above go-plugin's 64 KiB pieces: a JSON line (an error logged with
+// a big attribute) must be whole to be logged at its level.
+const maxLogLine = 1 << 20
+
+// maxTailLine bounds a line as kept for error messages (the tail).
+const maxTailLine = 2 << 10
 
 func newLogWriter(l *slog.Logger) *logWriter { return &logWriter{logger: l} }
 
@@ -477,8 +483,16 @@ func (lw *logWriter) line(l string) {
 	if l == "" {
 		return
 	}
+	kept := l
+	if len(kept) > maxTailLine {
+		n := maxTailLine
+		for n > 0 && !utf8.RuneStart(kept[n]) {
+			n--
+		}
+		kept = strings.Clone(kept[:n]) + fmt.Sprintf("… (%d bytes)", len(l))
+	}
 	lw.mu.Lock()
-	lw.last = append(lw.last, l)
+	lw.last = append(lw.last, kept)
 	if len(lw.last) > tailLines {
 		lw.last = lw.last[len(lw.last)-tailLines:]
 	}
