@@ -23,16 +23,17 @@ func blockedEnqueue(t *testing.T, e *Env, q string) (<-chan error, func()) {
 	return res, func() { ctx.Abort(nil) }
 }
 
-// waitErr waits for a blocked Enqueue to return; the bound only guards
-// against a hang (the queue's FullWait is an hour).
-func waitErr(t *testing.T, res <-chan error) error {
+// waitFor receives from ch what a blocked Enqueue's goroutine sends once
+// it returned; the bound only guards against a hang (FullWait is an hour).
+func waitFor[T any](t *testing.T, ch <-chan T) T {
 	t.Helper()
 	select {
-	case err := <-res:
-		return err
+	case v := <-ch:
+		return v
 	case <-time.After(30 * time.Second):
 		t.Fatal("Enqueue still blocked 30 s later (FullWait 1 h)")
-		return nil
+		var zero T
+		return zero
 	}
 }
 
@@ -46,7 +47,7 @@ func testDeleteWakesBlockedEnqueue(t *testing.T, e *Env) {
 	defer abort()
 	time.Sleep(20 * time.Millisecond) // let it block (it must return either way)
 	must(t, e.Queues.DeleteQueue("q"))
-	if err := waitErr(t, res); !errors.Is(err, queue.ErrUnknownQueue) {
+	if err := waitFor(t, res); !errors.Is(err, queue.ErrUnknownQueue) {
 		t.Fatalf("blocked Enqueue into a deleted queue: %v, want ErrUnknownQueue", err)
 	}
 }
@@ -69,7 +70,7 @@ func testCloseWakesBlocked(t *testing.T, e *Env) {
 	defer abort()
 	time.Sleep(20 * time.Millisecond)
 	must(t, e.Queues.Close())
-	if err := waitErr(t, res); !errors.Is(err, queue.ErrClosed) {
+	if err := waitFor(t, res); !errors.Is(err, queue.ErrClosed) {
 		t.Fatalf("blocked Enqueue at Close: %v, want ErrClosed", err)
 	}
 	err = Step(e.Coord, func() error { return p.Enqueue(context.Background(), ev("late")) }, p)

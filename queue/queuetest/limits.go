@@ -27,7 +27,7 @@ func testOversizedEvent(t *testing.T, e *Env) {
 	defer ctx.Abort(nil)
 	res := make(chan error, 1)
 	go func() { res <- p.Enqueue(context.Background(), ev("0123456789ab")) }()
-	err = waitErr(t, res)
+	err = waitFor(t, res)
 	if !errors.Is(err, queue.ErrEventTooLarge) || !strings.Contains(err.Error(), "12") || !strings.Contains(err.Error(), "10") {
 		t.Fatalf("Enqueue of 12 bytes into MaxBytes 10: %v, want ErrEventTooLarge naming both sizes", err)
 	}
@@ -276,19 +276,6 @@ func (h *heldProducer) enqueueAsync(done chan<- *heldProducer) {
 	}()
 }
 
-// waitHeld returns the next producer whose enqueueAsync returned; the
-// bound only guards against a hang (FullWait is an hour).
-func waitHeld(t *testing.T, done <-chan *heldProducer) *heldProducer {
-	t.Helper()
-	select {
-	case h := <-done:
-		return h
-	case <-time.After(30 * time.Second):
-		t.Fatal("Enqueue still blocked 30 s later (FullWait 1 h)")
-		return nil
-	}
-}
-
 // testHoldersWaitForEachOther: room is reserved event by event, so
 // producers of several events can each hold part of the room and all wait
 // for more, which only their own ends would free: a deadlock in which every
@@ -309,12 +296,12 @@ func testHoldersWaitForEachOther(t *testing.T, e *Env) {
 		done := make(chan *heldProducer, 2)
 		younger.enqueueAsync(done)
 		older.enqueueAsync(done)
-		if h := waitHeld(t, done); h != younger || !errors.Is(h.err, queue.ErrQueueFull) {
+		if h := waitFor(t, done); h != younger || !errors.Is(h.err, queue.ErrQueueFull) {
 			t.Fatalf("%s: the first Enqueue to return was the %s producer's, with %v; want the younger's, ErrQueueFull",
 				name, map[bool]string{true: "younger", false: "older"}[h == younger], h.err)
 		}
 		must(t, younger.ctx.Abort(nil))
-		if h := waitHeld(t, done); h.err != nil {
+		if h := waitFor(t, done); h.err != nil {
 			t.Fatalf("%s: the older producer, once the younger aborted: %v", name, h.err)
 		}
 		must(t, older.ctx.Finish())
@@ -339,7 +326,7 @@ func testHoldersWaitForEachOther(t *testing.T, e *Env) {
 	for range 2 {
 		drain(t, e, c, 10)
 		must(t, e.Queues.Maintain())
-		h := waitHeld(t, done)
+		h := waitFor(t, done)
 		if h.err != nil {
 			t.Fatalf("a producer waiting while a committed event could still be evicted: %v", h.err)
 		}
