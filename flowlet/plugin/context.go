@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
 	pb "github.com/flowrun/flowrun/proto/flowletpb"
@@ -14,14 +15,16 @@ import (
 // scanPage is how many entries a Scan fetches from the host per call.
 const scanPage = 512
 
-// stepCtx is the flowlet.Context of one call: it collects emits, writes and
-// dead letters for the response and sends reads to the host. Emits are
-// packed (pb.PackedEmits) into buffers reused from call to call: the
-// response is marshalled before the host can make the next call.
+// stepCtx is what a call's flowlet.Context (callCtx) writes to: it
+// collects emits, writes and dead letters for the response and sends reads
+// to the host. Emits are packed (pb.PackedEmits) into buffers reused from
+// call to call: the response is marshalled before the host can make the
+// next call.
 type stepCtx struct {
 	context.Context
 	s      *server
 	callID uint64
+	seq    uint64 // counts the calls: what an earlier one gave out is ended
 	packed pb.PackedEmits
 	writes []*pb.StateOp
 	dead   []*pb.DeadLetter
@@ -34,31 +37,87 @@ type stepCtx struct {
 	opts   flowlet.EmitOptions // an emit's resolved options, reused (Resolve)
 }
 
-// dlCtx is a stepCtx that can dead-letter, offered when the host's context
-// can.
-type dlCtx struct{ *stepCtx }
+// callCtx is the flowlet.Context of one call. It is made for each call
+// while the stepCtx it writes to is reused, so that a Context kept from an
+// earlier call (in a field, in a goroutine) is told apart from the current
+// one: it is ended, as are the tables and iterators it gave out.
+type callCtx struct {
+	c   *stepCtx
+	seq uint64 // the call's
+}
+
+// dlCallCtx can dead-letter, offered when the host's context can.
+type dlCallCtx struct{ callCtx }
+
+// dleCallCtx can dead-letter input events too (DeadLetterEvent), offered
+// when the host's context can.
+type dleCallCtx struct{ dlCallCtx }
+
+// ctx is the call's context.Context while the call runs, a done one after.
+func (k *callCtx) ctx() context.Context {
+	if k.c.check(k.seq, nil) != nil {
+		return endedContext
+	}
+	return k.c.Context
+}
+
+// Deadline implements context.Context.
+func (k *callCtx) Deadline() (time.Time, bool) { return k.ctx().Deadline() }
+
+// Done implements context.Context.
+func (k *callCtx) Done() <-chan struct{} { return k.ctx().Done() }
+
+// Err implements context.Context.
+func (k *callCtx) Err() error { return k.ctx().Err() }
+
+// Value implements context.Context.
+func (k *callCtx) Value(key any) any { return k.ctx().Value(key) }
+
+// Emit implements flowlet.Context.
+func (k *callCtx) Emit(output string, payload []byte, opts ...flowlet.EmitOption) error {
+	if err := k.c.check(k.seq, nil); err != nil {
+		return err
+	}
+	return k.c.emit(output, payload, opts)
+}
+
+// State implements flowlet.Context.
+func (k *callCtx) State(name string) flowlet.Table { return table{k.c, name, k.seq} }
+
+// Counters implements flowlet.Context.
+func (k *callCtx) Counters(name string) flowlet.Counters { return counters{k.c, name, k.seq} }
+
+// Name implements flowlet.Context.
+func (k *callCtx) Name() string { return k.c.s.name }
+
+// Instance implements flowlet.Context.
+func (k *callCtx) Instance() int { return k.c.s.inst }
+
+// Instances implements flowlet.Context.
+func (k *callCtx) Instances() int { return k.c.s.insts }
+
+// Logger implements flowlet.Context.
+func (k *callCtx) Logger() *slog.Logger { return k.c.s.logger }
 
 // DeadLetter moves payload to the flowlet's dead-letter queue in the step's
 // transaction, with reason (the runtime's optional Context method).
-func (c *dlCtx) DeadLetter(payload []byte, reason string) error {
-	if c.ended {
-		return flowlet.ErrStepEnded
+func (k *dlCallCtx) DeadLetter(payload []byte, reason string) error {
+	c := k.c
+	if err := c.check(k.seq, nil); err != nil {
+		return err
 	}
 	c.dead = append(c.dead, &pb.DeadLetter{Payload: bytes.Clone(payload), Reason: reason})
 	return nil
 }
 
-// dleCtx can dead-letter input events too (DeadLetterEvent), offered when
-// the host's context can.
-type dleCtx struct{ dlCtx }
-
 // DeadLetterEvent moves an input event of the step to the flowlet's
 // dead-letter queue with its input queue and id, in the step's transaction
 // (the runtime's optional Context method): `flowrun dlq replay` can replay
 // it. ev must be one of the step's events (matched by input and id).
-func (c *dleCtx) DeadLetterEvent(ev flowlet.Event, reason string) error {
-	if c.ended {
-		return flowlet.ErrStepEnded
+func (k *dleCallCtx) DeadLetterEvent(ev flowlet.Event, reason string) error {
+	c := k.c
+	if err := c.check(k.seq, nil); err != nil {
+		return err
 	}
 	evs := c.s.evs
 	for k := range evs {
@@ -73,13 +132,14 @@ func (c *dleCtx) DeadLetterEvent(ev flowlet.Event, reason string) error {
 }
 
 var (
-	_ flowlet.Context = (*stepCtx)(nil)
-	_ flowlet.Context = (*dlCtx)(nil)
-	_ flowlet.Context = (*dleCtx)(nil)
+	_ flowlet.Context = (*callCtx)(nil)
+	_ flowlet.Context = (*dlCallCtx)(nil)
+	_ flowlet.Context = (*dleCallCtx)(nil)
 )
 
 func (c *stepCtx) reset(ctx context.Context, id uint64) {
 	c.Context, c.callID, c.ended = ctx, id, false
+	c.seq++
 	c.writes, c.dead, c.failed = nil, nil, nil
 	c.dlNext = 0
 	p := &c.packed
@@ -121,11 +181,8 @@ var endedContext = func() context.Context {
 // maxKeptBuffer bounds the emit buffer kept for the next call.
 const maxKeptBuffer = 8 << 20
 
-// Emit implements flowlet.Context.
-func (c *stepCtx) Emit(output string, payload []byte, opts ...flowlet.EmitOption) error {
-	if c.ended {
-		return flowlet.ErrStepEnded
-	}
+// emit packs an emit of the call.
+func (c *stepCtx) emit(output string, payload []byte, opts []flowlet.EmitOption) error {
 	p := &c.packed
 	n := len(p.OutputIndex)
 	p.OutputIndex = append(p.OutputIndex, index(&p.Outputs, output))
@@ -180,24 +237,6 @@ func index(list *[]string, s string) uint32 {
 	return uint32(len(*list) - 1)
 }
 
-// State implements flowlet.Context.
-func (c *stepCtx) State(name string) flowlet.Table { return table{c, name, c.callID} }
-
-// Counters implements flowlet.Context.
-func (c *stepCtx) Counters(name string) flowlet.Counters { return counters{c, name, c.callID} }
-
-// Name implements flowlet.Context.
-func (c *stepCtx) Name() string { return c.s.name }
-
-// Instance implements flowlet.Context.
-func (c *stepCtx) Instance() int { return c.s.inst }
-
-// Instances implements flowlet.Context.
-func (c *stepCtx) Instances() int { return c.s.insts }
-
-// Logger implements flowlet.Context.
-func (c *stepCtx) Logger() *slog.Logger { return c.s.logger }
-
 var errNoHost = errors.New("flowrun plugin: no connection to the host for state calls")
 
 // take returns the buffered writes, to send with a read.
@@ -214,10 +253,10 @@ func (c *stepCtx) fail(err error) error {
 	return err
 }
 
-// check reports why a table or counters handle of call id cannot be used
-// with key: its call ended, or key is too long.
-func (c *stepCtx) check(id uint64, key []byte) error {
-	if c.ended || c.callID != id {
+// check reports why a Context, table or counters handle of call seq cannot
+// be used with key: its call ended, or key is too long.
+func (c *stepCtx) check(seq uint64, key []byte) error {
+	if c.ended || c.seq != seq {
 		return flowlet.ErrStepEnded
 	}
 	if len(key) > flowlet.MaxKeySize {
@@ -229,7 +268,7 @@ func (c *stepCtx) check(id uint64, key []byte) error {
 type table struct {
 	c    *stepCtx
 	name string
-	id   uint64 // the call that made it
+	id   uint64 // the seq of the call that made it
 }
 
 func (t table) Get(key []byte) ([]byte, bool, error) {
@@ -274,7 +313,7 @@ func (t table) Scan(o flowlet.ScanOptions) flowlet.Iterator {
 type counters struct {
 	c    *stepCtx
 	name string
-	id   uint64 // the call that made it
+	id   uint64 // the seq of the call that made it
 }
 
 func (n counters) Add(key []byte, delta int64) error {
@@ -308,7 +347,7 @@ func (n counters) Scan(o flowlet.ScanOptions) flowlet.CounterIterator {
 // after the last key of the previous one.
 type iter struct {
 	c        *stepCtx
-	id       uint64 // the call that made it
+	id       uint64 // the seq of the call that made it
 	name     string
 	counters bool
 	opts     flowlet.ScanOptions

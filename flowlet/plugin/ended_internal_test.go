@@ -125,3 +125,63 @@ func TestIteratorBeforeNext(t *testing.T) {
 		t.Fatalf("first key %q", it.Key())
 	}
 }
+
+// lateUser uses, in each step, the Context it kept from the step before,
+// and records what that gave.
+type lateUser struct {
+	kept flowlet.Context
+	errs map[string]error
+	done bool // the kept Context was done
+}
+
+func (l *lateUser) ProcessBatch(ctx flowlet.Context, _ []flowlet.Event) error {
+	if k := l.kept; k != nil {
+		dl := k.(interface {
+			DeadLetter([]byte, string) error
+		})
+		l.errs = map[string]error{
+			"Emit":       k.Emit("out", []byte("late")),
+			"Put":        k.State("t").Put([]byte("k"), []byte("v")),
+			"Add":        k.Counters("c").Add([]byte("k"), 1),
+			"DeadLetter": dl.DeadLetter([]byte("late"), "late"),
+		}
+		l.done = k.Err() != nil
+	}
+	l.kept = ctx
+	return ctx.Emit("out", []byte("own"))
+}
+
+// TestContextKeptIntoNextStep: a Context kept from an earlier call is
+// ended in a later call too (the SDK reuses its buffers from call to
+// call): its emits, writes and dead letters do not land in the step that
+// runs then, and it is done.
+func TestContextKeptIntoNextStep(t *testing.T) {
+	devnull, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	defer devnull.Close()
+	l := &lateUser{}
+	s := newServer(nil, func() flowlet.Flowlet { return l }, flowlet.TypeInfo{}, devnull)
+	if _, err := s.Init(context.Background(), &pb.InitRequest{Name: "late", Instances: 1}); err != nil {
+		t.Fatal(err)
+	}
+	s.host = fakeHost{}
+	for id := uint64(1); id <= 2; id++ {
+		r, err := s.ProcessBatch(context.Background(), &pb.BatchRequest{Step: &pb.StepRequest{CallId: id, DeadLetter: true}})
+		if err != nil || r.Error != nil {
+			t.Fatalf("step %d: %v %v", id, err, r.GetError())
+		}
+		if n := len(r.GetPackedEmits().GetOutputIndex()); n != 1 || len(r.Writes) != 0 || len(r.DeadLetters) != 0 {
+			t.Errorf("step %d carries %d emits, %d writes, %d dead letters; want only its own emit", id, n, len(r.Writes), len(r.DeadLetters))
+		}
+	}
+	for what, err := range l.errs {
+		if !errors.Is(err, flowlet.ErrStepEnded) {
+			t.Errorf("%s of a kept Context in the next step: %v, want ErrStepEnded", what, err)
+		}
+	}
+	if len(l.errs) == 0 {
+		t.Fatal("the kept Context was not used")
+	}
+	if !l.done {
+		t.Error("a kept Context is not done in the next step")
+	}
+}

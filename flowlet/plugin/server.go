@@ -45,7 +45,6 @@ type server struct {
 	insts  int
 	logger *slog.Logger
 	sc     stepCtx
-	dlec   dleCtx
 	evs    []flowlet.Event
 
 	chanOpen bool // OpenChannel was called
@@ -54,7 +53,6 @@ type server struct {
 func newServer(broker *goplugin.GRPCBroker, nf func() flowlet.Flowlet, info flowlet.TypeInfo, stderr *os.File) *server {
 	s := &server{broker: broker, newFlowlet: nf, info: info, stderr: stderr}
 	s.sc.s = s
-	s.dlec.stepCtx = &s.sc
 	return s
 }
 
@@ -433,17 +431,19 @@ func (s *server) serveChannel(l *net.UnixListener, cfg *tls.Config) {
 	}
 }
 
-// begin resets the step context for a call; the Context handed to the
-// flowlet has DeadLetter only when the host's has.
+// begin resets the step context for a call and makes the call's Context
+// (a new one, so that one kept from an earlier call is ended); it has
+// DeadLetter only when the host's has.
 func (s *server) begin(ctx context.Context, req *pb.StepRequest) flowlet.Context {
 	s.sc.reset(ctx, req.GetCallId())
+	k := callCtx{c: &s.sc, seq: s.sc.seq}
 	switch {
 	case req.GetDeadLetter() && req.GetDeadLetterEvent():
-		return &s.dlec
+		return &dleCallCtx{dlCallCtx{k}}
 	case req.GetDeadLetter():
-		return &s.dlec.dlCtx
+		return &dlCallCtx{k}
 	}
-	return &s.sc
+	return &k
 }
 
 // indexed is an error of the event at index i of a batch run with Process.
