@@ -55,6 +55,29 @@ type StateTable struct {
 	Name    string       `json:"name"`
 	Kind    string       `json:"kind"`
 	Entries []StateEntry `json:"entries"`
+	// Truncated: the scan stopped at its byte bound (MaxListBytes) before
+	// its limit; Next is the first key left out, where a scan from (Start)
+	// goes on.
+	Truncated bool   `json:"truncated,omitempty"`
+	Next      *Bytes `json:"next,omitempty"`
+}
+
+// MaxListBytes bounds the keys, values and payloads (and listOverhead a
+// record) that the HTTP API's listings (TailBounded, DeadLetterListBounded,
+// ScanStateTableBounded) hold: they are built in the running app's memory,
+// and the JSON answer is a few times larger still. An answer that reached
+// it says so (truncated).
+const MaxListBytes = 8 << 20
+
+// listOverhead is what a listed record counts besides its bytes.
+const listOverhead = 64
+
+func keysSize(ks KeyList) int {
+	n := 0
+	for _, k := range ks {
+		n += len(k.Name) + len(k.Value)
+	}
+	return n
 }
 
 // TableKind is the kind ("table" or "counters") of a flowlet's table as its
@@ -92,11 +115,31 @@ func GetStateEntry(r StateReader, t TableInfo, key []byte) (e StateEntry, found 
 
 // ScanStateTable reads the keys of table t that opts selects.
 func ScanStateTable(r StateReader, t TableInfo, opts flowlet.ScanOptions) (StateTable, error) {
+	return ScanStateTableBounded(r, t, opts, 0)
+}
+
+// ScanStateTableBounded is ScanStateTable holding at most maxBytes of keys
+// and values (listOverhead an entry; 0: no bound, at least one entry):
+// past it the scan stops with Truncated and Next set.
+func ScanStateTableBounded(r StateReader, t TableInfo, opts flowlet.ScanOptions, maxBytes int) (StateTable, error) {
 	out := StateTable{Name: t.Name, Kind: t.Kind, Entries: []StateEntry{}}
+	held := 0
+	full := func(key []byte, size int) bool {
+		held += size + listOverhead
+		if maxBytes > 0 && held > maxBytes && len(out.Entries) > 0 {
+			next := NewBytes(key)
+			out.Truncated, out.Next = true, &next
+			return true
+		}
+		return false
+	}
 	if t.Kind == "counters" {
 		it := r.Counters(t.Name).Scan(opts)
 		defer it.Close()
 		for it.Next() {
+			if full(it.Key(), len(it.Key())+8) {
+				break
+			}
 			n := it.Count()
 			out.Entries = append(out.Entries, StateEntry{Key: NewBytes(it.Key()), Count: &n})
 		}
@@ -105,6 +148,9 @@ func ScanStateTable(r StateReader, t TableInfo, opts flowlet.ScanOptions) (State
 	it := r.Table(t.Name).Scan(opts)
 	defer it.Close()
 	for it.Next() {
+		if full(it.Key(), len(it.Key())+len(it.Value())) {
+			break
+		}
 		v := NewBytes(it.Value())
 		out.Entries = append(out.Entries, StateEntry{Key: NewBytes(it.Key()), Value: &v})
 	}
@@ -181,12 +227,52 @@ var tailRetained func(int)
 
 // TailSelect is Tail of the entries sel selects.
 func (s *Store) TailSelect(queueName, keyName string, n, maxScan int, sel QueueSelect) ([]EntryJSON, error) {
+	out, _, err := s.TailBounded(queueName, keyName, n, maxScan, 0, sel)
+	return out, err
+}
+
+func entrySize(e *QueueEntry) int {
+	return len(e.Payload) + keysSize(e.Keys) + len(e.ID) + len(e.TraceID) + listOverhead
+}
+
+// newestWithin keeps the newest entries of es (sorted by enqueue time)
+// whose sizes add up to at most maxBytes (at least one), and their size.
+func newestWithin(es []QueueEntry, maxBytes int) ([]QueueEntry, int) {
+	sort.SliceStable(es, func(i, j int) bool { return es[i].Enqueued.Before(es[j].Enqueued) })
+	held, i := 0, len(es)
+	for i > 0 && (i == len(es) || held+entrySize(&es[i-1]) <= maxBytes) {
+		i--
+		held += entrySize(&es[i])
+	}
+	k := copy(es, es[i:])
+	clear(es[k:])
+	return es[:k], held
+}
+
+// TailBounded is TailSelect holding at most maxBytes of entries (payload,
+// keys, id; listOverhead each; 0: no bound): the newest that fit, at least
+// one, with truncated when fewer than n (0: every entry selected) are
+// returned for it. While scanning it holds at most twice that (and 2n
+// entries).
+func (s *Store) TailBounded(queueName, keyName string, n, maxScan, maxBytes int, sel QueueSelect) (_ []EntryJSON, truncated bool, _ error) {
 	var es []QueueEntry
+	held, seen := 0, 0
 	err := s.ScanSelect(queueName, keyName, maxScan, sel, func(e QueueEntry) bool {
 		e.Payload = append([]byte(nil), e.Payload...)
 		es = append(es, e)
+		seen++
+		held += entrySize(&e)
 		if n > 0 && len(es) >= 2*n {
 			es = newestEntries(es, n)
+			held = 0
+			for i := range es {
+				held += entrySize(&es[i])
+			}
+		}
+		if maxBytes > 0 && held > 2*maxBytes {
+			// An entry dropped here has newer ones of more than maxBytes
+			// after it already: it is not in the answer.
+			es, held = newestWithin(es, maxBytes)
 		}
 		if h := tailRetained; h != nil {
 			h(len(es))
@@ -194,12 +280,20 @@ func (s *Store) TailSelect(queueName, keyName string, n, maxScan int, sel QueueS
 		return true
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	sort.SliceStable(es, func(i, j int) bool { return es[i].Enqueued.Before(es[j].Enqueued) })
 	if n > 0 && len(es) > n {
 		es = es[len(es)-n:]
 	}
+	if maxBytes > 0 {
+		es, _ = newestWithin(es, maxBytes)
+	}
+	want := seen
+	if n > 0 {
+		want = min(n, seen)
+	}
+	truncated = len(es) < want
 	out := []EntryJSON{}
 	for _, e := range es {
 		j := EntryJSON{ID: e.ID, Enqueued: e.Enqueued, Keys: e.Keys, TraceID: e.TraceID, Payload: NewBytes(e.Payload)}
@@ -209,7 +303,7 @@ func (s *Store) TailSelect(queueName, keyName string, n, maxScan int, sel QueueS
 		}
 		out = append(out, j)
 	}
-	return out, nil
+	return out, truncated, nil
 }
 
 // DeadLetterJSON is one dead letter with its payload as Bytes (the embedded
@@ -222,17 +316,32 @@ type DeadLetterJSON struct {
 // DeadLetterList returns up to limit (0 = all) dead letters of each of the
 // flowlets, in that order.
 func (s *Store) DeadLetterList(flowlets []string, limit int) ([]DeadLetterJSON, error) {
+	out, _, err := s.DeadLetterListBounded(flowlets, limit, 0)
+	return out, err
+}
+
+// DeadLetterListBounded is DeadLetterList holding at most maxBytes of dead
+// letters (payload, error, keys, ids; listOverhead each; 0: no bound, at
+// least one): it stops at the first that does not fit, with truncated
+// (that one and the rest, of its flowlet and the next ones, are left out).
+func (s *Store) DeadLetterListBounded(flowlets []string, limit, maxBytes int) (_ []DeadLetterJSON, truncated bool, _ error) {
 	out := []DeadLetterJSON{}
+	held := 0
 	for _, fl := range flowlets {
 		err := s.DeadLetters(fl, limit, func(d DeadLetter) bool {
+			held += len(d.Payload) + len(d.Error) + keysSize(d.Keys) + len(d.Input) + len(d.EventID) + len(d.TraceID) + listOverhead
+			if maxBytes > 0 && held > maxBytes && len(out) > 0 {
+				truncated = true
+				return false
+			}
 			out = append(out, DeadLetterJSON{DeadLetter: d, Payload: NewBytes(d.Payload)})
 			return true
 		})
-		if err != nil {
-			return out, err
+		if err != nil || truncated {
+			return out, truncated, err
 		}
 	}
-	return out, nil
+	return out, false, nil
 }
 
 // DLQFlowlets names the flowlets that have a dead-letter queue in the store.

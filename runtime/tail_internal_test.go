@@ -84,4 +84,36 @@ connections:
 			t.Errorf("tail %d held %d entries at once, want at most %d", n, most, 2*n)
 		}
 	}
+
+	// A byte bound: the newest entries that fit, truncated, and no more
+	// than twice the bound held while scanning.
+	size := func(es []EntryJSON) int {
+		n := 0
+		for _, e := range es {
+			n += len(e.Payload.Raw()) + keysSize(e.Keys) + len(e.ID) + len(e.TraceID) + listOverhead
+		}
+		return n
+	}
+	bound := size(all[:50])
+	for _, n := range []int{0, 10, 100} {
+		most := 0
+		tailRetained = func(k int) { most = max(most, k) }
+		got, truncated, err := s.TailBounded("gen.out", "k", n, 0, bound, QueueSelect{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := all[max(0, len(all)-n):]
+		if n == 0 {
+			want = all
+		}
+		if len(got) > len(want) || !slices.EqualFunc(got, want[len(want)-len(got):], func(x, y EntryJSON) bool { return x.ID == y.ID }) {
+			t.Errorf("bounded tail %d: %d entries, not the newest", n, len(got))
+		}
+		if sz := size(got); sz > bound || truncated != (len(got) < len(want)) || (n != 10 && !truncated) || len(got) < min(40, len(want)) {
+			t.Errorf("bounded tail %d: %d entries of %d bytes (bound %d), truncated %v", n, len(got), sz, bound, truncated)
+		}
+		if most*listOverhead > 2*bound+listOverhead*10 {
+			t.Errorf("bounded tail %d held %d entries at once, over twice the bound", n, most)
+		}
+	}
 }

@@ -219,6 +219,11 @@ func (s *Server) state(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
+	start, _, err := bytesParam(q, "start")
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
 	limit, err := intParam(q.Get("limit"), 1000)
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, err)
@@ -237,7 +242,7 @@ func (s *Server) state(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		var err error
-		out, err = runtime.ScanStateTable(st, t, flowlet.ScanOptions{Prefix: prefix, Limit: limit})
+		out, err = runtime.ScanStateTableBounded(st, t, flowlet.ScanOptions{Prefix: prefix, Start: start, Limit: limit}, runtime.MaxListBytes)
 		return err
 	})
 	if err != nil {
@@ -248,6 +253,7 @@ func (s *Server) state(w http.ResponseWriter, r *http.Request) {
 		fail(w, fmt.Errorf("%w: table %q of flowlet %q has no key %q", errNotFound, table, fl, key))
 		return
 	}
+	markTruncated(w, out.Truncated)
 	writeJSON(w, 200, out)
 }
 
@@ -313,11 +319,12 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
-	out, err := s.a.Inspect().TailSelect(qn, key, n, maxTailScan, sel)
+	out, truncated, err := s.a.Inspect().TailBounded(qn, key, n, maxTailScan, runtime.MaxListBytes, sel)
 	if err != nil {
 		fail(w, err)
 		return
 	}
+	markTruncated(w, truncated)
 	writeJSON(w, 200, out)
 }
 
@@ -341,12 +348,23 @@ func (s *Server) dlq(w http.ResponseWriter, r *http.Request) {
 			fls = append(fls, f.Name)
 		}
 	}
-	out, err := s.a.Inspect().DeadLetterList(fls, limit)
+	out, truncated, err := s.a.Inspect().DeadLetterListBounded(fls, limit, runtime.MaxListBytes)
 	if err != nil {
 		fail(w, err)
 		return
 	}
+	markTruncated(w, truncated)
 	writeJSON(w, 200, out)
+}
+
+// TruncatedHeader is set ("true") on a tail, dead-letter or state answer
+// that stopped at runtime.MaxListBytes before its n or limit.
+const TruncatedHeader = "Flowrun-Truncated"
+
+func markTruncated(w http.ResponseWriter, truncated bool) {
+	if truncated {
+		w.Header().Set(TruncatedHeader, "true")
+	}
 }
 
 // ReplayResponse answers POST /api/v1/dlq/{flowlet}/replay.
