@@ -88,8 +88,8 @@ type stepCtx struct {
 	opts     flowlet.EmitOptions // an emit's resolved options, reused (Resolve)
 
 	// mu guards what a flowlet may reach through a Context it kept past
-	// its call (from a goroutine of its own): h, the step's handle, and
-	// open, true only while a call of the flowlet runs (call). Every method
+	// its call (from a goroutine of its own): h, the handle of the call
+	// in progress or the last one, and open, true only while it runs. Every method
 	// of a handle, its tables, counters and iterators takes mu and checks
 	// both, so that once the call returned they give flowlet.ErrStepEnded
 	// and nothing reaches the next step (the runtime reuses this stepCtx).
@@ -98,8 +98,9 @@ type stepCtx struct {
 	open bool
 }
 
-// callCtx is the flowlet.Context the flowlet's calls of one step get (one
-// per step: a kept one never becomes valid again).
+// callCtx is the flowlet.Context of one call of the flowlet (one per call:
+// a kept one never becomes valid again, not in a later call of its step
+// either), over the step's stepCtx.
 type callCtx struct{ c *stepCtx }
 
 var (
@@ -108,12 +109,16 @@ var (
 	_ EventDeadLetterer = (*callCtx)(nil)
 )
 
-// call runs fn, a call of the flowlet, with the step's handle: valid until
-// fn returns. A panic is returned as a PanicError (safeCall).
+// call runs fn, a call of the flowlet, with a handle of its own: valid
+// until fn returns. A panic is returned as a PanicError (safeCall).
 func (c *stepCtx) call(fn func(flowlet.Context) error) error {
+	// Tables and counters are handed out per call: a kept one is of its
+	// call's handle. (Only that handle, not given out yet, may use them.)
+	clear(c.tables)
+	clear(c.counters)
+	h := &callCtx{c: c}
 	c.mu.Lock()
-	c.open = true
-	h := c.h
+	c.h, c.open = h, true
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -218,13 +223,8 @@ type mark struct {
 func (c *stepCtx) reset(ctx context.Context) {
 	c.mu.Lock()
 	c.Context = ctx
-	c.h = &callCtx{c: c}
-	c.open = false
+	c.h, c.open = nil, false
 	c.mu.Unlock()
-	// Tables and counters are handed out per step: a kept one is of its
-	// step's handle.
-	clear(c.tables)
-	clear(c.counters)
 	clear(c.emits)
 	c.emits = c.emits[:0]
 	c.dead = c.dead[:0]

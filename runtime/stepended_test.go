@@ -50,7 +50,8 @@ func init() {
 // iterators, and a done ctx (cause ErrStepEnded) — as a plugin's Context
 // does — and nothing of it reaches the step in flight meanwhile. The
 // runtime reused one Context for every step: the late Emit went into the
-// next step and committed with it.
+// next step and committed with it. A Context is of one call, also against
+// the next call of the same step.
 func TestContextAfterStep(t *testing.T) {
 	kept.ctx = nil
 	entered, open := keeperGate.Hold(t)
@@ -58,8 +59,8 @@ func TestContextAfterStep(t *testing.T) {
 	a, err := runtime.Open(plan(t, dir, `
 app: kept
 flowlets:
-  gen: {type: generator, config: {count: 3, batch: 1}}
-  keep: {type: t_keeper, batch_size: 1}
+  gen: {type: generator, config: {count: 3, batch: 3}}
+  keep: {type: t_keeper, batch_size: 3}
   cnt: {type: t_count}
 connections:
   - {from: gen, to: keep}
@@ -74,7 +75,10 @@ connections:
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 
-	<-entered // the first call returned; the second is in flight, held
+	// The first call returned; the second, of the same step (the three
+	// events committed together, keep takes three at a time), is in
+	// flight, held: a Context is valid only during its own call.
+	<-entered
 	c := kept.ctx
 	if c.Err() == nil || !errors.Is(context.Cause(c), flowlet.ErrStepEnded) {
 		t.Errorf("ctx of an ended step: Err %v, cause %v; want done, cause ErrStepEnded", c.Err(), context.Cause(c))
