@@ -204,6 +204,14 @@ func waitFor(t *testing.T, cond func() bool, format string, args ...any) {
 	}
 }
 
+// killBetweenCalls kills f's process and waits until the host has seen it
+// exit, so that the next call must start another.
+func killBetweenCalls(t *testing.T, f flowlet.Flowlet) {
+	t.Helper()
+	syscall.Kill(pid(f), syscall.SIGKILL)
+	waitFor(t, func() bool { return pluginhost.ProcessExited(f) }, "the host never saw its killed process exit")
+}
+
 // dlCtx is a flowlettest Context that can dead-letter, as the runtime's.
 type dlCtx struct {
 	bare
@@ -304,20 +312,26 @@ func TestKillMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.(flowlet.Closer).Close()
+	midBatch := filepath.Join(t.TempDir(), "mid-batch")
+	if err := syscall.Mkfifo(midBatch, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	pids := map[int]bool{}
 	for i := range 5 {
 		old := pid(f)
 		pids[old] = true
 		go func() {
-			time.Sleep(50 * time.Millisecond)
+			os.ReadFile(midBatch) // the plugin has run the put and the count
 			syscall.Kill(old, syscall.SIGKILL)
 		}()
-		err := ctx.Process(f, ev(fmt.Sprintf("put:k%d=v", i)), ev("count:n"), ev("sleep:5000"), ev("after"))
+		err := ctx.Process(f, ev(fmt.Sprintf("put:k%d=v", i)), ev("count:n"), ev("signal:"+midBatch), ev("hang"), ev("after"))
 		var ce *pluginhost.CallError
 		if !errors.As(err, &ce) || ce.Timeout || ce.Op != "ProcessBatch" || ce.Flowlet != "victim" {
 			t.Fatalf("kill %d: want a CallError, got %#v", i, err)
 		}
-		if !strings.Contains(err.Error(), "exited") {
+		// "exited" once go-plugin has seen the exit, which a loaded
+		// machine can delay past the host's short wait for it.
+		if !strings.Contains(err.Error(), "restarts at the next call") {
 			t.Errorf("kill %d: %v", i, err)
 		}
 		if err := ctx.Process(f, ev("again")); err != nil {
@@ -338,8 +352,7 @@ func TestKillMidBatch(t *testing.T) {
 	}
 
 	// A process that dies between calls is restarted too.
-	syscall.Kill(pid(f), syscall.SIGKILL)
-	time.Sleep(50 * time.Millisecond)
+	killBetweenCalls(t, f)
 	if err := ctx.Process(f, ev("between")); err != nil {
 		t.Fatal(err)
 	}
@@ -716,8 +729,7 @@ func TestRestartAfterCacheTrimmed(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := pid(f)
-	syscall.Kill(old, syscall.SIGKILL)
-	time.Sleep(50 * time.Millisecond)
+	killBetweenCalls(t, f)
 	if err := ctx.Process(f, ev("again")); err != nil {
 		t.Fatalf("restart after the cache entry was removed: %v", err)
 	}

@@ -61,6 +61,10 @@ func (f *testFlowlet) ProcessBatch(ctx flowlet.Context, evs []flowlet.Event) err
 			os.Exit(3)
 		case "hang":
 			select {}
+		case "signal": // arg is a FIFO: opening it waits for the test to read, so the test knows the batch is under way
+			if err := os.WriteFile(arg, nil, 0); err != nil {
+				return err
+			}
 		case "sleep":
 			ms, _ := strconv.Atoi(arg)
 			time.Sleep(time.Duration(ms) * time.Millisecond)
