@@ -85,9 +85,10 @@ var (
 	ErrIdle = errors.New("flowlet: no input available")
 	// ErrEndOfInput is returned by Source.Generate when the input is exhausted.
 	ErrEndOfInput = errors.New("flowlet: end of input")
-	// ErrStepEnded is returned by a Context that tracks its step (a
-	// plugin's does), and by the tables and iterators it gave out, when
-	// used after the call that received it returned.
+	// ErrStepEnded is returned by a Context (the runtime's and a
+	// plugin's), and by the tables and iterators it gave out, when used
+	// after the call that received it returned: keep what you need from
+	// it, not the Context.
 	ErrStepEnded = errors.New("flowlet: Context used after its step ended (it is valid only during the call that receives it)")
 )
 
