@@ -307,14 +307,7 @@ func TestTornTail(t *testing.T) {
 
 func TestSegmentsRoll(t *testing.T) {
 	dir := t.TempDir()
-	l, err := OpenFileLog(dir, FileLogOptions{Sync: true, SegmentSize: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Open(Options{Log: l, ExpiryInterval: -1, SnapshotEvery: 1 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := openSmallSegments(t, dir, true)
 	var last *Tx
 	for i := 0; i < 2000; i++ {
 		last = must[*Tx](t)(c.StartShort(time.Minute))

@@ -201,3 +201,19 @@ func (r *recorder) Rollback() error {
 	}
 	return nil
 }
+
+// openSmallSegments opens a coordinator on a FileLog in dir whose segments
+// roll every 4 KiB, without expiry sweeps or snapshots of its own, so that
+// a few hundred commits spread over several segments.
+func openSmallSegments(t *testing.T, dir string, sync bool) *Coordinator {
+	t.Helper()
+	l, err := OpenFileLog(dir, FileLogOptions{Sync: sync, SegmentSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(Options{Log: l, ExpiryInterval: -1, SnapshotEvery: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

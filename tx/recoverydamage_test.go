@@ -110,14 +110,7 @@ func TestUndecodableSnapshotNamesFile(t *testing.T) {
 func TestMissingSegmentRefused(t *testing.T) {
 	for _, missing := range []string{"middle", "snapshot", "after snapshot"} {
 		dir := t.TempDir()
-		l, err := OpenFileLog(dir, FileLogOptions{Sync: true, SegmentSize: 4096})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := Open(Options{Log: l, ExpiryInterval: -1, SnapshotEvery: 1 << 30})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := openSmallSegments(t, dir, true)
 		if missing != "middle" {
 			commitN(t, c, 10)
 			if err := c.Snapshot(); err != nil {
@@ -165,14 +158,7 @@ func TestMissingSegmentRefused(t *testing.T) {
 func TestZeroedFrameIsDamage(t *testing.T) {
 	for _, last := range []bool{false, true} {
 		dir := t.TempDir()
-		l, err := OpenFileLog(dir, FileLogOptions{SegmentSize: 4096})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := Open(Options{Log: l, ExpiryInterval: -1, SnapshotEvery: 1 << 30})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := openSmallSegments(t, dir, false)
 		commitN(t, c, 2000)
 		crash(c)
 		segs, _ := filepath.Glob(filepath.Join(dir, "wal-*.log"))

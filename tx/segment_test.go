@@ -108,14 +108,7 @@ func watchSegmentSyncs(t *testing.T, l *FileLog) *segmentSyncs {
 // a lost page before the last segment refused as ErrCorrupt.
 func TestRecoverySyncsReplayedSegments(t *testing.T) {
 	dir := t.TempDir()
-	l, err := OpenFileLog(dir, FileLogOptions{Sync: true, SegmentSize: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Open(Options{Log: l, ExpiryInterval: -1, SnapshotEvery: 1 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := openSmallSegments(t, dir, true)
 	commitN(t, c, 300)
 	crash(c)
 	segs, _ := filepath.Glob(filepath.Join(dir, "wal-*.log"))
