@@ -96,6 +96,12 @@ type stepCtx struct {
 	mu   sync.Mutex
 	h    *callCtx
 	open bool
+	// callDone is the context of the call in progress once its Done was
+	// asked for (a goroutine may wait on it, or a context derived from
+	// it): cancelled with flowlet.ErrStepEnded when the call returns, so
+	// that what waits learns the step ended. Made only when asked for.
+	callDone   context.Context
+	callCancel context.CancelCauseFunc
 }
 
 // callCtx is the flowlet.Context of one call of the flowlet (one per call:
@@ -123,7 +129,12 @@ func (c *stepCtx) call(fn func(flowlet.Context) error) error {
 	defer func() {
 		c.mu.Lock()
 		c.open = false
+		cancel := c.callCancel
+		c.callDone, c.callCancel = nil, nil
 		c.mu.Unlock()
+		if cancel != nil {
+			cancel(flowlet.ErrStepEnded)
+		}
 	}()
 	return safeCall(func() error { return fn(h) })
 }
@@ -156,11 +167,27 @@ func (h *callCtx) ctx() context.Context {
 		return endedContext
 	}
 	defer h.unlock()
+	if d := h.c.callDone; d != nil {
+		return d
+	}
 	return h.c.Context
 }
 
+// Done is the step's Done while h is live, closed once its call returned
+// (the channel handed out during the call too: the call's own context).
+func (h *callCtx) Done() <-chan struct{} {
+	if !h.lock() {
+		return endedContext.Done()
+	}
+	defer h.unlock()
+	c := h.c
+	if c.callDone == nil {
+		c.callDone, c.callCancel = context.WithCancelCause(c.Context)
+	}
+	return c.callDone.Done()
+}
+
 func (h *callCtx) Deadline() (time.Time, bool) { return h.ctx().Deadline() }
-func (h *callCtx) Done() <-chan struct{}       { return h.ctx().Done() }
 func (h *callCtx) Err() error                  { return h.ctx().Err() }
 func (h *callCtx) Value(key any) any           { return h.ctx().Value(key) }
 

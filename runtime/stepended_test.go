@@ -24,6 +24,12 @@ var (
 		tbl flowlet.Table
 		cnt flowlet.Counters
 		it  flowlet.Iterator
+		// done and child: ctx.Done() and a context derived from ctx,
+		// taken during the call (a goroutine waiting on them must learn
+		// that the step ended).
+		done  <-chan struct{}
+		child context.Context
+		stop  context.CancelFunc
 	}
 )
 
@@ -31,6 +37,8 @@ func (keeper) Process(ctx flowlet.Context, ev flowlet.Event) error {
 	if kept.ctx == nil {
 		kept.ctx, kept.tbl, kept.cnt = ctx, ctx.State("t"), ctx.Counters("n")
 		kept.it = kept.tbl.Scan(flowlet.ScanOptions{})
+		kept.done = ctx.Done()
+		kept.child, kept.stop = context.WithCancel(ctx)
 	} else {
 		keeperGate.Pass()
 	}
@@ -87,6 +95,15 @@ connections:
 	case <-c.Done():
 	default:
 		t.Error("Done of an ended step's ctx is not closed")
+	}
+	defer kept.stop()
+	select {
+	case <-kept.done:
+	default:
+		t.Error("Done taken during the call is not closed once the call returned")
+	}
+	if !errors.Is(context.Cause(kept.child), flowlet.ErrStepEnded) {
+		t.Errorf("a context derived during the call: cause %v once the call returned, want ErrStepEnded", context.Cause(kept.child))
 	}
 	_, _, getErr := kept.tbl.Get([]byte("k"))
 	_, cntErr := kept.cnt.Get([]byte("total"))
