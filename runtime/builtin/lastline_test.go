@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/flowlet/flowlettest"
@@ -37,23 +38,35 @@ func TestLastLineAtBufferSize(t *testing.T) {
 		if err := ctx.Init(s, nil); err != nil {
 			t.Fatal(err)
 		}
-		got = nil
-		for {
-			ctx.Reset()
-			err := ctx.Generate(s)
-			got = append(got, ctx.Emits("out")...)
-			if errors.Is(err, flowlet.ErrEndOfInput) {
-				break
-			}
-			if err != nil && !errors.Is(err, flowlet.ErrIdle) {
-				t.Fatal(err)
-			}
-			if errors.Is(err, flowlet.ErrIdle) {
-				<-s.Ready()
-			}
-		}
+		got = drainStdin(t, ctx, s)
 		if !sameLines(got, want) {
 			t.Errorf("stdin_source, last line of %d bytes: %d lines; want 3, the last of %d bytes", n, len(got), n)
+		}
+	}
+}
+
+// drainStdin runs s's steps until the end of its input, waiting for it
+// whenever it idles, and returns the lines emitted. A minute without the
+// end of input fails the test (a reader that waits for good).
+func drainStdin(t *testing.T, ctx *flowlettest.Context, s *StdinSource) []string {
+	t.Helper()
+	hang := time.After(time.Minute)
+	var got []string
+	for {
+		ctx.Reset()
+		err := ctx.Generate(s)
+		got = append(got, ctx.Emits("out")...)
+		switch {
+		case errors.Is(err, flowlet.ErrEndOfInput):
+			return got
+		case errors.Is(err, flowlet.ErrIdle):
+			select {
+			case <-s.Ready():
+			case <-hang:
+				t.Fatalf("no end of input after %d lines", len(got))
+			}
+		case err != nil:
+			t.Fatal(err)
 		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"math"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/flowlet/flowlettest"
@@ -82,27 +81,7 @@ func TestStdinSourceHugeLinesPerStep(t *testing.T) {
 	if err := ctx.Init(s, map[string]any{"lines_per_step": math.MaxInt}); err != nil {
 		t.Fatal(err)
 	}
-	hang := time.After(time.Minute) // a hang detector
-	var got []string
-	for {
-		ctx.Reset()
-		err := ctx.Generate(s)
-		got = append(got, ctx.Emits("out")...)
-		if errors.Is(err, flowlet.ErrEndOfInput) {
-			break
-		}
-		if err != nil && !errors.Is(err, flowlet.ErrIdle) {
-			t.Fatal(err)
-		}
-		if errors.Is(err, flowlet.ErrIdle) {
-			select {
-			case <-s.Ready():
-			case <-hang:
-				t.Fatalf("no end of input after %d lines", len(got))
-			}
-		}
-	}
-	if len(got) != 5 {
+	if got := drainStdin(t, ctx, s); len(got) != 5 {
 		t.Fatalf("%d lines, want 5", len(got))
 	}
 }

@@ -3,8 +3,10 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"net/http/httptest"
 	"testing"
 
+	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/httpapi"
 )
 
@@ -13,13 +15,7 @@ import (
 // shutdown waits for it only so long) is answered 503 "not running", as
 // specs/http.md says, not 500 "DB Closed".
 func TestClosedAppAnswers503(t *testing.T) {
-	a, _ := openApp(t, appYAML)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := a.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ts := serve(t, a, httpapi.Config{})
+	a, ts := stoppedApp(t)
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -51,16 +47,23 @@ func TestClosedAppAnswers503(t *testing.T) {
 // changes nothing that will run: 503 (app not running), as every other call
 // that needs the running app, not 200 "paused" (or "parked": true).
 func TestStoppedAppPauseAnswers503(t *testing.T) {
+	_, ts := stoppedApp(t)
+	for _, p := range []string{"/api/v1/flowlets/cnt/pause", "/api/v1/flowlets/cnt/pause?wait=1s", "/api/v1/flowlets/cnt/resume"} {
+		if code, body := do(t, "POST", ts.URL+p, "", ""); code != 503 {
+			t.Errorf("POST %s after Run returned: %d %s, want 503", p, code, body)
+		}
+	}
+}
+
+// stoppedApp opens the test app, lets Run return at once and serves it:
+// an app whose run is over, not yet closed.
+func stoppedApp(t *testing.T) (*runtime.App, *httptest.Server) {
+	t.Helper()
 	a, _ := openApp(t, appYAML)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := a.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ts := serve(t, a, httpapi.Config{})
-	for _, p := range []string{"/api/v1/flowlets/cnt/pause", "/api/v1/flowlets/cnt/pause?wait=1s", "/api/v1/flowlets/cnt/resume"} {
-		if code, body := do(t, "POST", ts.URL+p, "", ""); code != 503 {
-			t.Errorf("POST %s after Run returned: %d %s, want 503", p, code, body)
-		}
-	}
+	return a, serve(t, a, httpapi.Config{})
 }
