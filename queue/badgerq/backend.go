@@ -128,6 +128,9 @@ type Backend struct {
 	// collected nothing (see the GC tick in loop).
 	followUps atomic.Int32
 	reclaimMu sync.Mutex
+	// reclaiming: the background loop's reclaim or GC runs, on a goroutine
+	// of its own (see goReclaim).
+	reclaiming atomic.Bool
 }
 
 var _ queue.Backend = (*Backend)(nil)
@@ -904,7 +907,9 @@ func (b *Backend) background() {
 		case <-evictC:
 			_ = b.evict() // retried next tick; errors here mean the DB is closing
 			produced := b.produced.Load()
-			_ = b.reclaimNow(produced == lastProduced)
+			if quiet := produced == lastProduced; b.reclaimDue() {
+				b.goReclaim(func() { _ = b.reclaimNow(quiet) })
+			}
 			lastProduced = produced
 		case <-b.kick:
 			_ = b.evict()
@@ -915,18 +920,38 @@ func (b *Backend) background() {
 			// Badger's discard statistics not yet up to date (or versions
 			// still held by a reader) and rewrite nothing, and without new
 			// evictions nothing would ever try again.
-			switch {
-			case b.opts.ReclaimBytes > 0 && b.freed.Load() > b.reclaimedAt.Load():
-				_, _ = b.reclaim()
-				b.followUps.Store(3)
-			case b.followUps.Load() > 0:
-				b.followUps.Add(-1)
-				_, _ = b.reclaim()
-			default:
-				_, _ = b.gc()
-			}
+			b.goReclaim(func() {
+				switch {
+				case b.opts.ReclaimBytes > 0 && b.freed.Load() > b.reclaimedAt.Load():
+					_, _ = b.reclaim()
+					b.followUps.Store(3)
+				case b.followUps.Load() > 0:
+					b.followUps.Add(-1)
+					_, _ = b.reclaim()
+				default:
+					_, _ = b.gc()
+				}
+			})
 		}
 	}
+}
+
+// goReclaim runs a reclaim or GC of the background loop on a goroutine of
+// its own, unless one still runs (the next tick tries again). Run in the
+// loop, a reclaim (filler writes for up to flushWait, Flatten, value-log GC:
+// seconds, more under load) held every eviction pass until it ended, and
+// producers waiting for room in a bounded queue got none however much was
+// consumed: under load they waited out FullWait (TestEvictionRunsDuringReclaim).
+func (b *Backend) goReclaim(job func()) {
+	if !b.reclaiming.CompareAndSwap(false, true) {
+		return
+	}
+	b.wg.Add(1) // the loop is counted: Close's Wait has not returned
+	go func() {
+		defer b.wg.Done()
+		defer b.reclaiming.Store(false)
+		job()
+	}()
 }
 
 // Close stops background work. It does not close the DB.

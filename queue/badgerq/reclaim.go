@@ -3,6 +3,7 @@ package badgerq
 import (
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -71,6 +72,9 @@ func (b *Backend) reclaimNow(quiet bool) error {
 func (b *Backend) reclaim() (int, error) {
 	b.reclaimMu.Lock()
 	defer b.reclaimMu.Unlock()
+	if h := reclaimTestHook.Load(); h != nil {
+		(*h)()
+	}
 	mark := b.freed.Load()
 	if err := b.flushMemtables(); err != nil {
 		return 0, err
@@ -160,6 +164,10 @@ func (b *Backend) flushMemtables() error {
 }
 
 const flushWait = 10 * time.Second
+
+// reclaimTestHook, if set, runs at the start of every reclaim (tests: to
+// hold one). Atomic: the background loop reads it.
+var reclaimTestHook atomic.Pointer[func()]
 
 // gc runs value-log GC until it finds nothing to rewrite. Badger rewrites
 // a file's live values into the current value log and then deletes the
