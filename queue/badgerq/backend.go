@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -185,6 +186,11 @@ type queueRT struct {
 	holders  atomic.Int64
 	waiters  []*roomWaiter
 	nWaiters atomic.Int64
+
+	// producers: every producer of the queue (weak: a dropped one leaves),
+	// for deletes to find the commits they staged (see stagedTx).
+	prodMu    sync.Mutex
+	producers []weak.Pointer[producer]
 
 	// Wake-ups (see consumer.Ready and queue.GenNotifier): gen counts
 	// notifies; readyCh is closed by the next one. A notify with nobody
@@ -687,7 +693,7 @@ func (b *Backend) TruncateQueue(name string) error {
 		}
 	}
 	b.evictMu.Lock()
-	ev, by, err := b.deleteEntries(queuePrefix(q.id), keep)
+	ev, by, err := b.deleteEntries(q, queuePrefix(q.id), keep)
 	b.evictMu.Unlock()
 	q.removeDepth(ev, by)
 	b.freed.Add(by)
@@ -701,18 +707,19 @@ func (b *Backend) TruncateQueue(name string) error {
 // deletePrefix deletes every key under prefix; for entry keys it returns the
 // events and bytes deleted.
 func (b *Backend) deletePrefix(prefix []byte) (events, bytes int64, err error) {
-	return b.deleteEntries(prefix, nil)
+	return b.deleteEntries(nil, prefix, nil)
 }
 
 // deleteEntries is deletePrefix, except for the entry keys keep (if not
 // nil) says to keep; it is given the pointers in flight when the read
 // started (readInFlight). On error, the events and bytes are those of the
-// entries it did delete (see keyDeleter).
-func (b *Backend) deleteEntries(prefix []byte, keep func(*entryKey, map[uint64]int) bool) (events, bytes int64, err error) {
+// entries it did delete (see keyDeleter). q, if not nil, is the queue whose
+// depth they leave (its producers' staged commits learn what of them went).
+func (b *Backend) deleteEntries(q *queueRT, prefix []byte, keep func(*entryKey, map[uint64]int) bool) (events, bytes int64, err error) {
 	if b.db.IsClosed() {
 		return 0, 0, badger.ErrDBClosed
 	}
-	del := keyDeleter{b: b}
+	del := keyDeleter{b: b, q: q}
 	var txn *badger.Txn
 	var inFlight map[uint64]int
 	if keep != nil {

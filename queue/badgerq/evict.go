@@ -55,7 +55,7 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 	// queue's pass touches nothing in Badger: each transaction wakes Badger's
 	// watermark goroutine twice, and an empty batch's Flush still runs its
 	// callback on a goroutine of its own and waits for it.
-	del := keyDeleter{b: b}
+	del := keyDeleter{b: b, q: q}
 	var txn *badger.Txn
 	defer func() {
 		if txn != nil {
@@ -220,6 +220,7 @@ const deleteChunk = 4096
 // the limits with it (TestFailedDeleteDepth).
 type keyDeleter struct {
 	b                      *Backend
+	q                      *queueRT // the queue whose entries these are (nil: none to tell)
 	keys                   [][]byte
 	expiring               []bool // per key: counts as expired
 	events, bytes, expired int64
@@ -244,6 +245,10 @@ func (d *keyDeleter) flush() error {
 	if err != nil {
 		stored = d.b.stillStored(d.keys)
 	}
+	var staged map[uint64]*stagedTx
+	if d.q != nil {
+		staged = d.q.stagedTxs()
+	}
 	for i, k := range d.keys {
 		if err != nil && stored[string(k)] {
 			continue
@@ -253,6 +258,10 @@ func (d *keyDeleter) flush() error {
 			d.bytes += int64(ek.size)
 			if d.expiring[i] {
 				d.expired += int64(ek.count)
+			}
+			if s := staged[ek.wp]; s != nil {
+				s.deletedEvents += int64(ek.count)
+				s.deletedBytes += int64(ek.size)
 			}
 		}
 	}

@@ -122,15 +122,26 @@ func checkDepthStored(t testing.TB, b *Backend, name string, reserved int64, wha
 // through and its sync failed; the general path's entries are persisted
 // and stay), those stored events were counted in neither the depth nor
 // the limits' counter, which both drifted low (producers past the bound).
+//
+// between: before that StartTx, the landed events are deleted by a
+// truncate or expire (a TTL eviction pass): they were taken from the depth
+// and the limits' counter there, and again from the counter when StartTx
+// found nothing stored and released the reservation (both 3 low).
 func TestLogFailedProducerNewTxDepth(t *testing.T) {
 	for _, c := range []struct {
-		fast bool
-		mode int32
-	}{{true, logFailsAfterWrite}, {true, logFailsBeforeWrite}, {false, logFailsBeforeWrite}} {
-		t.Run(fmt.Sprintf("fast=%v/mode=%d", c.fast, c.mode), func(t *testing.T) {
+		fast    bool
+		mode    int32
+		between string
+	}{
+		{true, logFailsAfterWrite, ""}, {true, logFailsBeforeWrite, ""}, {false, logFailsBeforeWrite, ""},
+		{true, logFailsAfterWrite, "truncate"}, {true, logFailsAfterWrite, "expire"},
+		{true, logFailsBeforeWrite, "truncate"}, {true, logFailsBeforeWrite, "expire"},
+		{false, logFailsBeforeWrite, "expire"}, // a truncate there needs a transaction
+	} {
+		t.Run(fmt.Sprintf("fast=%v/mode=%d/%s", c.fast, c.mode, c.between), func(t *testing.T) {
 			n, fl := failingLogNode(t, c.fast)
 			must := mustT(t)
-			must(n.qs.CreateQueue("q", queue.Config{Partitions: 2, MaxEvents: 10}))
+			must(n.qs.CreateQueue("q", queue.Config{Partitions: 2, MaxEvents: 10, TTL: time.Minute}))
 			p, err := n.qs.Producer("q")
 			must(err)
 			// The general path's log fails at the commit record, after the
@@ -151,6 +162,13 @@ func TestLogFailedProducerNewTxDepth(t *testing.T) {
 			}
 			if err := ctx.Finish(); !errors.Is(err, tx.ErrLogFailed) {
 				t.Fatalf("commit through a failing log: %v, want tx.ErrLogFailed", err)
+			}
+			switch c.between {
+			case "truncate":
+				must(n.qs.TruncateQueue("q"))
+			case "expire":
+				n.b.opts.Now = func() time.Time { return time.Now().Add(time.Hour) } // no background pass runs
+				must(n.b.evict())
 			}
 			// The failed coordinator starts nothing more: the next
 			// transaction comes from another one.

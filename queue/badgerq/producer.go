@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/dgraph-io/badger/v4"
@@ -29,6 +31,11 @@ type producer struct {
 	persisted      [][]byte
 	persistWP      uint64 // registered by Persist (prune.go); 0 if none
 
+	// staged: the commit Stage staged, until PostCommit or Rollback (nil:
+	// none). One whose outcome is unknown stays until the next StartTx
+	// settles it (settleUnended).
+	staged atomic.Pointer[stagedTx]
+
 	// free holds chunk buffers of committed transactions for the next
 	// ones (at most freeBytes of capacity): a chunk grown by appending from
 	// empty to ChunkBytes allocates about twice its size, and every
@@ -50,13 +57,50 @@ type chunk struct {
 
 var _ tx.Stager = (*producer)(nil)
 
+// stagedTx is a producer's staged commit: its write pointer, and the events
+// and bytes of its entries that eviction and truncation deleted before the
+// producer settled it (under evictMu). A commit whose outcome is unknown
+// (fast path: landed or not, all or nothing) is settled at the next
+// StartTx, which counts what is stored as depth: entries a TTL pass or a
+// truncate deleted first had left the depth and the limits' counter there,
+// and were released from the counter again (both low;
+// TestLogFailedProducerNewTxDepth, truncate and expire).
+type stagedTx struct {
+	wp                          uint64
+	deletedEvents, deletedBytes int64
+}
+
 // Producer implements queue.Backend.
 func (b *Backend) Producer(name string) (queue.ProducerDriver, error) {
 	q, err := b.queue(name)
 	if err != nil {
 		return nil, err
 	}
-	return &producer{b: b, q: q, index: map[uint32]int{}}, nil
+	p := &producer{b: b, q: q, index: map[uint32]int{}}
+	q.prodMu.Lock()
+	q.producers = slices.DeleteFunc(q.producers, func(w weak.Pointer[producer]) bool { return w.Value() == nil })
+	q.producers = append(q.producers, weak.Make(p))
+	q.prodMu.Unlock()
+	return p, nil
+}
+
+// stagedTxs maps the write pointers of the producers' staged commits to
+// them (nil if none).
+func (q *queueRT) stagedTxs() map[uint64]*stagedTx {
+	var m map[uint64]*stagedTx
+	q.prodMu.Lock()
+	defer q.prodMu.Unlock()
+	for _, w := range q.producers {
+		if p := w.Value(); p != nil {
+			if s := p.staged.Load(); s != nil {
+				if m == nil {
+					m = map[uint64]*stagedTx{}
+				}
+				m[s.wp] = s
+			}
+		}
+	}
+	return m
 }
 
 func (p *producer) StartTx(t *tx.Tx) error {
@@ -83,8 +127,19 @@ func (p *producer) UpdateTx(t *tx.Tx) error { p.t = t; return nil }
 // whose recount counts it too — and the rest of its reservation is
 // released. Releasing all of it left stored events in neither the depth
 // nor the limits' counter (TestLogFailedProducerNewTxDepth).
+//
+// Under evictMu, with what eviction and truncation deleted of it since it
+// was staged (stagedTx): those events left the depth and the limits'
+// counter there, and count as landed here.
 func (p *producer) settleUnended() {
+	p.b.evictMu.Lock()
 	ev, by := p.stored(p.t.WritePointer)
+	if s := p.staged.Load(); s != nil && s.wp == p.t.WritePointer {
+		ev += s.deletedEvents
+		by += s.deletedBytes
+	}
+	p.staged.Store(nil)
+	p.b.evictMu.Unlock()
 	p.q.events.Add(ev)
 	p.q.bytes.Add(by)
 	p.q.release(p.events-ev, p.bytes-by)
@@ -174,6 +229,9 @@ func (p *producer) Store() any { return p.b.db }
 // write. The partition index learns about them first, before the commit can
 // become visible to any consumer.
 func (p *producer) Stage(dst []tx.Write) ([]tx.Write, error) {
+	if len(p.bufs) > 0 {
+		p.staged.Store(&stagedTx{wp: p.t.WritePointer})
+	}
 	ms := p.b.opts.Now().UnixMilli()
 	for _, rb := range p.bufs {
 		p.q.index[rb.part].raise(rb.prio, p.t.WritePointer, uint32(len(rb.chunks)))
@@ -214,6 +272,7 @@ func (p *producer) Persist() error {
 
 func (p *producer) PostCommit() {
 	q := p.q
+	p.staged.Store(nil)
 	p.endPersist()
 	// The reservation becomes depth: usedEvents and usedBytes stay.
 	q.events.Add(p.events)
@@ -237,6 +296,7 @@ func (p *producer) PostCommit() {
 }
 
 func (p *producer) Rollback() error {
+	p.staged.Store(nil)
 	var err error
 	if len(p.persisted) > 0 {
 		err = p.b.db.Update(func(txn *badger.Txn) error {
