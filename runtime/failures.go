@@ -43,12 +43,7 @@ func newFailureLog() *failureLog { return &failureLog{m: map[string]*failure{}} 
 func (l *failureLog) add(id, errText string, backoff func(int) time.Duration) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	f := l.m[id]
-	if f == nil {
-		f = &failure{}
-		l.m[id] = f
-		l.n.Add(1)
-	}
+	f := l.entryLocked(id)
 	f.attempts++
 	f.last = errText
 	f.retryAt = time.Now().Add(backoff(f.attempts))
@@ -81,13 +76,18 @@ func (l *failureLog) setPerm(id string, perm bool) {
 func (l *failureLog) update(id string, change func(*failure)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	change(l.entryLocked(id))
+}
+
+// entryLocked returns event id's record, adding an empty one if need be.
+func (l *failureLog) entryLocked(id string) *failure {
 	f := l.m[id]
 	if f == nil {
 		f = &failure{}
 		l.m[id] = f
 		l.n.Add(1)
 	}
-	change(f)
+	return f
 }
 
 // empty reports whether no event is failing (without the lock).
