@@ -40,6 +40,9 @@ type StdinSource struct {
 	err      error
 	ready    chan struct{}
 	room     chan struct{} // a step took lines: the reader may read on
+	done     chan struct{} // closed when the reader ends
+	closed   chan struct{} // closed by Close: the reader waits for room no more
+	close1   sync.Once
 }
 
 // stdinAheadBytes bounds the memory the reader holds ahead of the steps
@@ -58,6 +61,8 @@ func (s *StdinSource) Init(ic flowlet.InitContext) error {
 	}
 	s.ready = make(chan struct{}, 1)
 	s.room = make(chan struct{}, 1)
+	s.done = make(chan struct{})
+	s.closed = make(chan struct{})
 	go s.read()
 	return nil
 }
@@ -81,10 +86,16 @@ func (s *StdinSource) configure(ic flowlet.InitContext) error {
 }
 
 func (s *StdinSource) read() {
+	defer close(s.done)
 	r := bufio.NewReaderSize(s.in, 64<<10)
 	var line []byte
 	tooLong := false
 	for {
+		select {
+		case <-s.closed:
+			return
+		default:
+		}
 		chunk, err := r.ReadSlice('\n')
 		complete := err == nil
 		body := chunk
@@ -105,7 +116,11 @@ func (s *StdinSource) read() {
 			s.mu.Lock()
 			for len(s.pending)+len(s.dead) >= 2*min(s.perStep, stdinAheadBytes) || s.aheadB >= stdinAheadBytes {
 				s.mu.Unlock()
-				<-s.room
+				select {
+				case <-s.room:
+				case <-s.closed: // no step will take lines: end
+					return
+				}
 				s.mu.Lock()
 			}
 			s.aheadB += lineCost(line)
@@ -129,6 +144,16 @@ func (s *StdinSource) read() {
 			return
 		}
 	}
+}
+
+// Close implements flowlet.Closer: the reader, if it waits for read-ahead
+// room, ends; one blocked reading standard input ends when that read
+// returns (a read of stdin cannot be interrupted).
+func (s *StdinSource) Close() error {
+	if s.closed != nil {
+		s.close1.Do(func() { close(s.closed) })
+	}
+	return nil
 }
 
 func (s *StdinSource) signal() {
