@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,8 +44,9 @@ type Generator struct {
 	layoutChecked bool
 
 	started   time.Time
-	startDone int64            // emitted (committed) when this run started
-	clock     func() time.Time // time.Now; tests set it
+	startDone int64                                // emitted (committed) when this run started
+	clock     func() time.Time                     // time.Now; tests set it
+	after     func(time.Duration) <-chan time.Time // time.After; tests set it
 }
 
 type keyTemplate struct {
@@ -163,16 +165,17 @@ func (g *Generator) Generate(ctx flowlet.Context) error {
 		// step): the schedule restarts rather than catch up at once, so
 		// at most a second's worth (or a batch) goes out in a burst.
 		if burst := max(int64(perInst), int64(g.batch)); allowed > burst {
-			g.started = now.Add(-time.Duration(float64(burst-1) / perInst * float64(time.Second)))
+			g.started = now.Add(-secondsDuration(float64(burst-1) / perInst))
 			g.startDone, allowed = k, burst
 		}
 		if allowed <= 0 {
-			wait := time.Duration(float64(-allowed+1) / perInst * float64(time.Second))
-			wait = min(wait, 100*time.Millisecond)
+			// At a tiny rate the wait is beyond any Duration (years, or
+			// +Inf): it is 100 ms then, as any wait is at most.
+			wait := min(secondsDuration(float64(-allowed+1)/perInst), 100*time.Millisecond)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(wait):
+			case <-g.wait(wait):
 			}
 			return nil
 		}
@@ -191,6 +194,22 @@ func (g *Generator) Generate(ctx flowlet.Context) error {
 		}
 	}
 	return putU64(t, key, uint64(k+n))
+}
+
+// secondsDuration is s seconds as a Duration, the longest Duration when s
+// is beyond it (a conversion out of range gives a negative one).
+func secondsDuration(s float64) time.Duration {
+	if ns := s * float64(time.Second); ns < float64(math.MaxInt64) {
+		return time.Duration(ns)
+	}
+	return math.MaxInt64
+}
+
+func (g *Generator) wait(d time.Duration) <-chan time.Time {
+	if g.after != nil {
+		return g.after(d)
+	}
+	return time.After(d)
 }
 
 // template is a string with {seq}, {instance} and {mod:N} placeholders;

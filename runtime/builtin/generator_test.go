@@ -69,3 +69,46 @@ func TestGeneratorTemplateBraces(t *testing.T) {
 		t.Error(`a lone "{" before a non-placeholder must still be an error`)
 	}
 }
+
+// A rate so small (below about 1e-10 events/s) that the wait for the next
+// event overflowed time.Duration: the wait came out negative and the
+// source went on at once, step after step without waiting (a spin). Its
+// steps wait at most 100 ms, as at any rate behind its schedule.
+func TestGeneratorTinyRateWaits(t *testing.T) {
+	for _, tc := range []struct {
+		rate  float64
+		insts int
+	}{{1e-11, 1}, {1e-300, 1}, {1e-9, 64}, {5e-324, 1}} {
+		ctx := flowlettest.New("gen").WithInstance(0, tc.insts)
+		g := &Generator{}
+		if err := ctx.Init(g, map[string]any{"rate": tc.rate}); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Unix(1_000_000, 0)
+		g.clock = func() time.Time { return now }
+		var waits []time.Duration
+		g.after = func(d time.Duration) <-chan time.Time {
+			waits = append(waits, d)
+			c := make(chan time.Time, 1)
+			c <- now
+			return c
+		}
+		for range 3 {
+			if err := ctx.Generate(g); err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(time.Hour)
+		}
+		if n := len(ctx.Emitted()); n != 1 {
+			t.Errorf("rate %g, %d instances: %d events in 3 h, want 1 (the first)", tc.rate, tc.insts, n)
+		}
+		if len(waits) != 2 {
+			t.Fatalf("rate %g, %d instances: %d waits, want 2", tc.rate, tc.insts, len(waits))
+		}
+		for _, w := range waits {
+			if w != 100*time.Millisecond {
+				t.Errorf("rate %g, %d instances: waited %v, want 100ms", tc.rate, tc.insts, w)
+			}
+		}
+	}
+}
