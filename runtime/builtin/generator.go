@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/planner"
 )
 
 func init() {
@@ -76,8 +77,13 @@ func (g *Generator) Init(ic flowlet.InitContext) error {
 	if g.batch, err = c.Int("batch", 1000); err != nil {
 		return err
 	}
-	if count < 0 || g.rate < 0 || g.batch < 1 { // Float refuses infinities
-		return &flowlet.ConfigError{Flowlet: ic.Name, Msg: "count and rate must be >= 0 and batch >= 1"}
+	if count < 0 || g.rate < 0 { // Float refuses infinities
+		return &flowlet.ConfigError{Flowlet: ic.Name, Msg: "count and rate must be >= 0"}
+	}
+	// A step holds its batch in memory: at most as many events as a step
+	// may dequeue (a flowlet's batch_size).
+	if g.batch < 1 || g.batch > planner.MaxBatchSize {
+		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "batch", Msg: fmt.Sprintf("%d not in [1, %d] (events per step, bounded as batch_size is)", g.batch, planner.MaxBatchSize)}
 	}
 	g.count = int64(count)
 	if g.payload, err = parseTemplate(p); err != nil {

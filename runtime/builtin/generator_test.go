@@ -1,10 +1,14 @@
 package builtin
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/flowlet/flowlettest"
+	"github.com/flowrun/flowrun/planner"
 )
 
 // A rate-limited generator that fell behind (paused for 10 s) sends at most
@@ -109,6 +113,32 @@ func TestGeneratorTinyRateWaits(t *testing.T) {
 			if w != 100*time.Millisecond {
 				t.Errorf("rate %g, %d instances: waited %v, want 100ms", tc.rate, tc.insts, w)
 			}
+		}
+	}
+}
+
+// A huge batch (1e12) with no count built one step of that many events in
+// memory. batch is bounded as a flowlet's batch_size is (most events in
+// one step): the config check refuses more, naming the bound.
+func TestGeneratorBatchBound(t *testing.T) {
+	for _, tc := range []struct {
+		batch int
+		ok    bool
+	}{{1, true}, {planner.MaxBatchSize, true}, {planner.MaxBatchSize + 1, false}, {1_000_000_000_000, false}, {0, false}} {
+		err := (&Generator{}).CheckConfig(flowlet.InitContext{Name: "gen", Config: flowlet.NewConfig("gen", map[string]any{"batch": tc.batch}), Instances: 1})
+		if tc.ok {
+			if err != nil {
+				t.Errorf("batch %d: %v", tc.batch, err)
+			}
+			continue
+		}
+		var ce *flowlet.ConfigError
+		if !errors.As(err, &ce) {
+			t.Errorf("batch %d: got %v, want a ConfigError", tc.batch, err)
+			continue
+		}
+		if ce.Field != "batch" || !strings.Contains(ce.Msg, "100000") {
+			t.Errorf("batch %d: field %q, %q: want the field batch and its bound 100000", tc.batch, ce.Field, ce.Msg)
 		}
 	}
 }
