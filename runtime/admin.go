@@ -81,6 +81,9 @@ func (a *App) Ingest(ctx context.Context, flowletName, input string, events []In
 		}
 		if err := ing.Ingest(ctx, raw); err != nil {
 			if ctx.Err() == nil && !a.running.Load() {
+				if errors.Is(err, ErrNotRunning) {
+					return 0, err // refused as the stop began (errStopping): says so once
+				}
 				// The source closed: the app stopped meanwhile.
 				return 0, fmt.Errorf("%w: %w", ErrNotRunning, err)
 			}
