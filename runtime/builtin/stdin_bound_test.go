@@ -31,21 +31,9 @@ func (r *lineReader) Read(p []byte) (int, error) {
 // still emitted once, in order.
 func TestStdinSourceReadsAheadBounded(t *testing.T) {
 	const total, perStep = 3000, 10
-	s := &StdinSource{in: &lineReader{n: total}}
-	ctx := flowlettest.New("stdin")
-	if err := ctx.Init(s, map[string]any{"lines_per_step": perStep}); err != nil {
-		t.Fatal(err)
-	}
-	pending := func() int {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.pending)
-	}
-	// Until the reader has read ahead as far as it may (the first step
-	// waits for it: it would race ahead of any step otherwise).
-	for pending() < 2*perStep {
-		<-s.Ready()
-	}
+	// The first step waits until the reader has read ahead as far as it
+	// may: it would race ahead of any step otherwise.
+	s, ctx, pending := readAhead(t, total, perStep)
 	var got []string
 	for {
 		if n := pending(); n > 2*perStep {
@@ -84,4 +72,25 @@ func TestStdinSourceHugeLinesPerStep(t *testing.T) {
 	if got := drainStdin(t, ctx, s); len(got) != 5 {
 		t.Fatalf("%d lines, want 5", len(got))
 	}
+}
+
+// readAhead starts a stdin source over n lines, lines_per_step perStep,
+// and returns once its reader has read ahead as far as it may (two steps'
+// worth), with a count of the lines it holds.
+func readAhead(t *testing.T, n, perStep int) (*StdinSource, *flowlettest.Context, func() int) {
+	t.Helper()
+	s := &StdinSource{in: &lineReader{n: n}}
+	ctx := flowlettest.New("stdin")
+	if err := ctx.Init(s, map[string]any{"lines_per_step": perStep}); err != nil {
+		t.Fatal(err)
+	}
+	pending := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.pending)
+	}
+	for pending() < 2*perStep {
+		<-s.Ready()
+	}
+	return s, ctx, pending
 }

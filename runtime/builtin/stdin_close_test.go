@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
-	"github.com/flowrun/flowrun/flowlet/flowlettest"
 )
 
 // A stdin source closed while its reader waits for read-ahead room (two
@@ -13,20 +12,8 @@ import (
 // waited for room for good, a goroutine left behind after Close.
 func TestStdinSourceCloseEndsReader(t *testing.T) {
 	const perStep = 3
-	s := &StdinSource{in: &lineReader{n: 1000}}
-	ctx := flowlettest.New("stdin")
-	if err := ctx.Init(s, map[string]any{"lines_per_step": perStep}); err != nil {
-		t.Fatal(err)
-	}
-	pending := func() int {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.pending)
-	}
 	// The reader reads ahead as far as it may, then waits for room.
-	for pending() < 2*perStep {
-		<-s.Ready()
-	}
+	s, _, _ := readAhead(t, 1000, perStep)
 	select {
 	case <-s.done:
 		t.Fatal("the reader ended before Close with input left")
