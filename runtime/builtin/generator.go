@@ -58,6 +58,11 @@ type keyTemplate struct {
 // CheckConfig implements flowlet.ConfigChecker: Init only reads the config.
 func (g *Generator) CheckConfig(ic flowlet.InitContext) error { return g.Init(ic) }
 
+// MaxGeneratorRate bounds a generator's rate (events per second): over it
+// a second's worth of events no longer fits the schedule's arithmetic, and
+// no generator comes near it (use 0 for as fast as it can).
+const MaxGeneratorRate = 1e9
+
 func (g *Generator) Init(ic flowlet.InitContext) error {
 	c := ic.Config
 	if err := c.Known("count", "rate", "payload", "keys", "batch"); err != nil {
@@ -79,6 +84,9 @@ func (g *Generator) Init(ic flowlet.InitContext) error {
 	}
 	if count < 0 || g.rate < 0 { // Float refuses infinities
 		return &flowlet.ConfigError{Flowlet: ic.Name, Msg: "count and rate must be >= 0"}
+	}
+	if g.rate > MaxGeneratorRate {
+		return &flowlet.ConfigError{Flowlet: ic.Name, Field: "rate", Msg: fmt.Sprintf("%g over %g events/s (0: as fast as it can)", g.rate, float64(MaxGeneratorRate))}
 	}
 	// A step holds its batch in memory: at most as many events as a step
 	// may dequeue (a flowlet's batch_size).

@@ -142,3 +142,25 @@ func TestGeneratorBatchBound(t *testing.T) {
 		}
 	}
 }
+
+// A rate so high that a second's worth of events overflows an int64 made
+// the schedule's arithmetic wrap: the generator spun, emitting nothing. A
+// rate over MaxGeneratorRate is refused at the field.
+func TestGeneratorRateBound(t *testing.T) {
+	for _, tc := range []struct {
+		rate float64
+		ok   bool
+	}{{0, true}, {1e-12, true}, {MaxGeneratorRate, true}, {MaxGeneratorRate * 2, false}, {1e19, false}, {1e300, false}} {
+		err := (&Generator{}).CheckConfig(flowlet.InitContext{Name: "gen", Config: flowlet.NewConfig("gen", map[string]any{"rate": tc.rate}), Instances: 1})
+		if tc.ok {
+			if err != nil {
+				t.Errorf("rate %g: %v", tc.rate, err)
+			}
+			continue
+		}
+		var ce *flowlet.ConfigError
+		if !errors.As(err, &ce) || ce.Field != "rate" || !strings.Contains(ce.Msg, "1e+09") {
+			t.Errorf("rate %g: got %v, want a ConfigError at the field rate naming its bound 1e+09", tc.rate, err)
+		}
+	}
+}
