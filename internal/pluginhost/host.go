@@ -442,6 +442,19 @@ func (e *StepError) Error() string { return e.Message }
 // Permanent reports whether the plugin said retrying cannot help.
 func (e *StepError) Permanent() bool { return e.perm }
 
+// ResponseError is a step's response the host refuses: malformed packed
+// emits, an emit's priority beyond the queue's 0..255, a dead letter of an
+// event not in the batch. A plugin of another SDK (or a bug in one) sent
+// it; the step fails as with any error.
+type ResponseError struct {
+	Flowlet string
+	Problem string // what is wrong, as "the plugin returned …" goes on
+}
+
+func (e *ResponseError) Error() string {
+	return fmt.Sprintf("flowlet %q: the plugin returned %s", e.Flowlet, e.Problem)
+}
+
 // InitError is a plugin's Init that returned an error. Its message is the
 // plugin's, after "plugin init: ": it does not repeat the flowlet and
 // instance, which the caller names (the runtime says `flowlet "x" instance

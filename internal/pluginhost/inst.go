@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -473,16 +474,8 @@ func (in *inst) call(ctx flowlet.Context, kind pb.StepCall_Op, evs []flowlet.Eve
 	if err := applyWrites(ctx, resp.Writes); err != nil {
 		return err
 	}
-	for _, e := range resp.Emits {
-		opts := in.opts[:0]
-		for _, kv := range e.Keys {
-			opts = append(opts, flowlet.Key(kv.Name, kv.Value))
-		}
-		opts = headers(opts, e.EventTime, e.TraceId, e.Priority)
-		in.opts = opts
-		if err := ctx.Emit(e.Output, e.Payload, opts...); err != nil {
-			return err
-		}
+	if err := in.emitEach(ctx, resp.Emits); err != nil {
+		return err
 	}
 	if err := in.emitPacked(ctx, resp.PackedEmits); err != nil {
 		return err
@@ -500,7 +493,7 @@ func (in *inst) call(ctx flowlet.Context, kind pb.StepCall_Op, evs []flowlet.Eve
 				case !ok:
 					err = fmt.Errorf("flowlet %q: the plugin dead-lettered an input event but this context cannot", in.name)
 				case int(d.Event) >= len(evs):
-					err = fmt.Errorf("flowlet %q: the plugin dead-lettered event %d of a batch of %d", in.name, d.Event, len(evs))
+					err = &ResponseError{Flowlet: in.name, Problem: fmt.Sprintf("a dead letter of event %d of a batch of %d", d.Event, len(evs))}
 				default:
 					err = dle.DeadLetterEvent(evs[d.Event], d.Reason)
 				}
@@ -515,7 +508,12 @@ func (in *inst) call(ctx flowlet.Context, kind pb.StepCall_Op, evs []flowlet.Eve
 	return result
 }
 
-func headers(opts []flowlet.EmitOption, eventTime int64, traceID string, priority uint32) []flowlet.EmitOption {
+// headers appends an emit's headers to opts. A priority beyond
+// math.MaxUint8 (queue priorities are 0..255) is an error, not cut.
+func (in *inst) headers(opts []flowlet.EmitOption, eventTime int64, traceID string, priority uint32) ([]flowlet.EmitOption, error) {
+	if priority > math.MaxUint8 {
+		return opts, &ResponseError{Flowlet: in.name, Problem: fmt.Sprintf("an emit of priority %d, beyond the queue's 0..255", priority)}
+	}
 	if eventTime != 0 {
 		opts = append(opts, flowlet.EventTime(time.Unix(0, eventTime)))
 	}
@@ -525,7 +523,26 @@ func headers(opts []flowlet.EmitOption, eventTime int64, traceID string, priorit
 	if priority != 0 {
 		opts = append(opts, flowlet.Priority(uint8(priority)))
 	}
-	return opts
+	return opts, nil
+}
+
+// emitEach emits a step's emits (a message each) through ctx.
+func (in *inst) emitEach(ctx flowlet.Context, emits []*pb.Emit) error {
+	for _, e := range emits {
+		opts := in.opts[:0]
+		for _, kv := range e.Keys {
+			opts = append(opts, flowlet.Key(kv.Name, kv.Value))
+		}
+		opts, err := in.headers(opts, e.EventTime, e.TraceId, e.Priority)
+		in.opts = opts
+		if err != nil {
+			return err
+		}
+		if err := ctx.Emit(e.Output, e.Payload, opts...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // emitPacked emits a step's packed emits through ctx, checking every
@@ -536,7 +553,7 @@ func (in *inst) emitPacked(ctx flowlet.Context, p *pb.PackedEmits) error {
 		return nil
 	}
 	bad := func(what string) error {
-		return fmt.Errorf("flowlet %q: the plugin returned malformed packed emits (%s)", in.name, what)
+		return &ResponseError{Flowlet: in.name, Problem: "malformed packed emits (" + what + ")"}
 	}
 	if len(p.PayloadEnds) != n || (len(p.KeyCounts) != 0 && len(p.KeyCounts) != n) ||
 		(len(p.EventTimes) != 0 && len(p.EventTimes) != n) || (len(p.TraceIds) != 0 && len(p.TraceIds) != n) ||
@@ -568,8 +585,11 @@ func (in *inst) emitPacked(ctx flowlet.Context, p *pb.PackedEmits) error {
 			}
 		}
 		// Each header column is per emit or empty, independently.
-		opts = headers(opts, at(p.EventTimes, i), at(p.TraceIds, i), at(p.Priorities, i))
+		opts, err := in.headers(opts, at(p.EventTimes, i), at(p.TraceIds, i), at(p.Priorities, i))
 		in.opts = opts
+		if err != nil {
+			return err
+		}
 		if err := ctx.Emit(p.Outputs[o], p.Payloads[pe:end:end], opts...); err != nil {
 			return err
 		}

@@ -1,6 +1,9 @@
 package pluginhost
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +46,36 @@ func TestPackedHeaderColumns(t *testing.T) {
 		if len(got) != 1 || !got[0].EventTime.Equal(at) || got[0].TraceID != c.trace || got[0].Priority != c.prio {
 			t.Errorf("%s: emitted %+v, want event time %v, trace %q, priority %d", name, got, at, c.trace, c.prio)
 		}
+	}
+}
+
+// TestEmitPriorityBeyondQueueRange: a queue's priorities are 0..255
+// (queue.Event.Priority is a uint8); the wire carries a uint32. A plugin
+// of another SDK sending 256 had its emit land at priority 0 (uint8 cut):
+// it is refused as a *ResponseError, packed or not.
+func TestEmitPriorityBeyondQueueRange(t *testing.T) {
+	in := &inst{name: "f"}
+	for _, prio := range []uint32{256, 300, 1 << 31} {
+		packed := &pb.PackedEmits{Outputs: []string{"out"}, OutputIndex: []uint32{0}, Payloads: []byte("x"), PayloadEnds: []uint32{1}, Priorities: []uint32{prio}}
+		ctx := flowlettest.New("f")
+		var re *ResponseError
+		if err := in.emitPacked(ctx, packed); !errors.As(err, &re) || !strings.Contains(err.Error(), fmt.Sprint(prio)) {
+			t.Errorf("packed priority %d: %v, want a *ResponseError naming it", prio, err)
+		}
+		if err := in.emitEach(ctx, []*pb.Emit{{Output: "out", Payload: []byte("x"), Priority: prio}}); !errors.As(err, &re) {
+			t.Errorf("priority %d: %v, want a *ResponseError", prio, err)
+		}
+		ctx.Commit()
+		if got := ctx.Emitted(); len(got) != 0 {
+			t.Errorf("priority %d: emitted %+v", prio, got)
+		}
+	}
+	ctx := flowlettest.New("f")
+	if err := in.emitEach(ctx, []*pb.Emit{{Output: "out", Payload: []byte("x"), Priority: 255}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx.Commit()
+	if got := ctx.Emitted(); len(got) != 1 || got[0].Priority != 255 {
+		t.Errorf("priority 255: emitted %+v", got)
 	}
 }
