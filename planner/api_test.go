@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -170,6 +171,30 @@ flowlets:
 	if got, want := fmt.Sprint(err), "x.yaml:2:37: config value \".nan\" is not a finite number, which JSON (the form plugins get a config in) cannot carry\n"+
 		"x.yaml:2:47: config value \"-.inf\" is not a finite number, which JSON (the form plugins get a config in) cannot carry"; got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestConfigIntegersBeyondInt64: an integer beyond int64 is a float64
+// (specs/app-yaml.md) only when a float64 holds it exactly; one it would
+// round (2^64-1 became 2^64) is an error at the value. Integers beyond
+// uint64 were rounded the same way.
+func TestConfigIntegersBeyondInt64(t *testing.T) {
+	src := "app: x\nflowlets: {a: {type: t, config: {a: 9223372036854775808, b: 100000000000000000000, c: -9223372036854775808, d: 0x8000000000000000, e: 18446744073709551615.0}}}\n"
+	plan, err := Parse("x.yaml", []byte(src), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"a": 0x1p63, "b": 1e20, "c": math.MinInt64, "d": 0x1p63, "e": 0x1p64}
+	if got := plan.Flowlets[0].Config; !reflect.DeepEqual(got, want) {
+		t.Errorf("config = %#v, want %#v", got, want)
+	}
+	for _, v := range []string{"18446744073709551615", "9223372036854775809", "-9223372036854775809",
+		"123456789012345678901", "0xFFFFFFFFFFFFFFFF", "1_000_000_000_000_000_000_001"} {
+		_, err := Parse("x.yaml", []byte("app: x\nflowlets: {a: {type: t, config: {n: "+v+"}}}\n"), Options{})
+		var list ErrorList
+		if !errors.As(err, &list) || len(list) != 1 || list[0].Line != 2 || list[0].Col != 37 || !strings.Contains(list[0].Msg, v) {
+			t.Errorf("config integer %s: %v, want one error at 2:37 naming it", v, err)
+		}
 	}
 }
 

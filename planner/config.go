@@ -2,6 +2,8 @@ package planner
 
 import (
 	"math"
+	"math/big"
+	"strconv"
 	"strings"
 	"time"
 
@@ -93,15 +95,34 @@ func (d *decoder) configValue(orig *yaml.Node, active map[*yaml.Node]bool, inAli
 		case uint64:
 			// An integer beyond int64 (and within uint64): a float64, as
 			// beyond uint64 and as a plugin decodes it from JSON.
-			return float64(x)
+			f := float64(x)
+			if f == 0x1p64 || uint64(f) != x {
+				d.inexactInteger(n, f)
+				return nil
+			}
+			return f
 		case float64:
 			if math.IsNaN(x) || math.IsInf(x, 0) {
 				d.errs.add(d.pos(n), "config value %q is not a finite number, which JSON (the form plugins get a config in) cannot carry", n.Value)
 				return nil
+			}
+			if i, ok := new(big.Int).SetString(strings.ReplaceAll(n.Value, "_", ""), 10); ok {
+				// An integer written beyond uint64.
+				if new(big.Float).SetInt(i).Cmp(big.NewFloat(x)) != 0 {
+					d.inexactInteger(n, x)
+					return nil
+				}
 			}
 		}
 		return v
 	}
 	d.errs.add(d.pos(n), "unexpected YAML node in config")
 	return nil
+}
+
+// inexactInteger reports a config integer beyond int64 that a float64 (its
+// type then, and a JSON number's in a plugin) would round to f.
+func (d *decoder) inexactInteger(n *yaml.Node, f float64) {
+	d.errs.add(d.pos(n), "config integer %s is beyond int64 and a float64 cannot hold it exactly (it would be %s); quote it to keep the text",
+		n.Value, strconv.FormatFloat(f, 'f', -1, 64))
 }
