@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -94,7 +95,7 @@ func ParseMemoryLimit(s string) (bytes int64, keyword string, err error) {
 	}
 	n, ok := parseSize(t)
 	if !ok {
-		return 0, "", fmt.Errorf("memory limit %q: want auto, off, or a size such as 512MiB or 2GiB", s)
+		return 0, "", fmt.Errorf("memory limit %q: want auto, off, or a size such as 512MiB or 2GiB (a decimal number, then a unit)", s)
 	}
 	if n < MinMemoryLimit {
 		return 0, "", fmt.Errorf("memory limit %q: below the minimum of 32MiB", s)
@@ -108,15 +109,21 @@ func ParseMemoryLimit(s string) (bytes int64, keyword string, err error) {
 func ParseSize(s string) (int64, error) {
 	n, ok := parseSize(strings.TrimSpace(s))
 	if !ok {
-		return 0, fmt.Errorf("%q is not a size such as 512MiB or 2GiB", s)
+		return 0, fmt.Errorf("%q is not a size such as 512MiB or 2GiB (a decimal number, then a unit)", s)
 	}
 	return n, nil
 }
+
+// decimalRE is a size's number: decimal digits, a fraction, an exponent.
+var decimalRE = regexp.MustCompile(`^\+?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$`)
 
 func parseSize(t string) (int64, bool) {
 	i := strings.LastIndexAny(t, "0123456789") // the number ends there, the unit follows
 	num, unit := t[:i+1], strings.TrimSpace(t[i+1:])
 	mult := map[string]float64{"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 1e3, "mb": 1e6, "gb": 1e9}[strings.ToLower(unit)]
+	if !decimalRE.MatchString(num) {
+		return 0, false // ParseFloat also reads hex floats (0x1p30), 1_000, Inf
+	}
 	f, perr := strconv.ParseFloat(num, 64)
 	if mult == 0 || perr != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
 		return 0, false

@@ -96,10 +96,16 @@ func TestParseMemoryLimit(t *testing.T) {
 			t.Errorf("ParseMemoryLimit(%q) = %d, %q, %v; want %d, %q", c.in, n, kw, err, c.bytes, c.keyword)
 		}
 	}
-	for _, bad := range []string{"lots", "MiB", "12 parsecs", "-1GiB", "1MiB", "0", "NaN", "1e999GiB", "1..5GiB", "31MiB"} {
+	for _, bad := range []string{"lots", "MiB", "12 parsecs", "-1GiB", "1MiB", "0", "NaN", "1e999GiB", "1..5GiB", "31MiB",
+		"0x1p30", "0X1P30", "0x1p10MiB", "0x_1p30", "0x40000000", "1_073_741_824", "Infinity"} {
 		if n, kw, err := ParseMemoryLimit(bad); err == nil {
 			t.Errorf("ParseMemoryLimit(%q) = %d, %q; want an error", bad, n, kw)
 		}
+	}
+	// Hex floats were taken (strconv.ParseFloat reads them): 0x1p30 was
+	// 1GiB. The error says what a size is.
+	if _, err := ParseSize("0x1p30"); err == nil || !strings.Contains(err.Error(), "decimal") {
+		t.Errorf("ParseSize(0x1p30): %v, want an error asking for a decimal number", err)
 	}
 }
 
