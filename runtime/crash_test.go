@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -52,6 +53,87 @@ connections:
   - {from: parse, to: sink}
 `
 
+// crashInput is a file_source input that grows by a chunk of lines at a
+// time: "line-N", except every 499th line from 13, "BAD-N" (refused by the
+// parse flowlet: dead-lettered), and, with flaky, every 499th from 101,
+// "FLK-N" (fails a few attempts, then goes through).
+type crashInput struct {
+	path  string
+	flaky bool
+	lines int
+	want  map[string]bool // the lines the counters and the sink must hold once
+	bad   int             // BAD lines: one dead letter each
+}
+
+func (c *crashInput) grow(t *testing.T, chunk int) {
+	t.Helper()
+	if c.want == nil {
+		c.want = map[string]bool{}
+	}
+	var in bytes.Buffer
+	for i := c.lines; i < c.lines+chunk; i++ {
+		l := fmt.Sprintf("line-%06d", i)
+		switch {
+		case i%499 == 13:
+			l = fmt.Sprintf("BAD-%06d", i)
+			c.bad++
+		case c.flaky && i%499 == 101:
+			l = fmt.Sprintf("FLK-%06d", i)
+			c.want[l] = true
+		default:
+			c.want[l] = true
+		}
+		in.WriteString(l + "\n")
+	}
+	c.lines += chunk
+	f, err := os.OpenFile(c.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err == nil {
+		_, err = f.Write(in.Bytes())
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// crashChild is a run of the CLI that the test kills. exited is closed
+// when it ended, with err.
+type crashChild struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error
+	stderr bytes.Buffer
+}
+
+func startCrashChild(t *testing.T, dir string, args ...string) *crashChild {
+	t.Helper()
+	c := &crashChild{cmd: cliCmd(t, dir, args...), exited: make(chan struct{})}
+	c.cmd.Stderr = &c.stderr
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { c.err = c.cmd.Wait(); close(c.exited) }()
+	return c
+}
+
+func (c *crashChild) kill() {
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.exited
+}
+
+// crashRunArgs are the arguments of kill run number attempt: runs take
+// turns with the durable store, --no-sync, and the durable store with
+// --defer-commits (runtime/deferred.go).
+func crashRunArgs(attempt int, args ...string) []string {
+	switch attempt % 3 {
+	case 1:
+		args = append(args, "--no-sync")
+	case 2:
+		args = append(args, "--defer-commits")
+	}
+	return args
+}
+
 // TestCrashExactlyOnce kills the CLI with SIGKILL at random moments at least
 // 20 times, restarting it each time, then lets it drain, and compares every
 // result with an independent count of the input: the counters, the dead
@@ -64,32 +146,8 @@ func TestCrashExactlyOnce(t *testing.T) {
 	// The input grows by a chunk whenever a run drains before its kill (a
 	// fast machine), so the test needs no timing assumption.
 	const chunk = 12000
-	lines := 0
-	want := map[string]bool{}
-	bad := 0
-	grow := func() {
-		var in bytes.Buffer
-		for i := lines; i < lines+chunk; i++ {
-			l := fmt.Sprintf("line-%06d", i)
-			if i%499 == 13 {
-				l = fmt.Sprintf("BAD-%06d", i)
-				bad++
-			} else {
-				want[l] = true
-			}
-			in.WriteString(l + "\n")
-		}
-		lines += chunk
-		f, err := os.OpenFile(filepath.Join(dir, "input.txt"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err == nil {
-			_, err = f.Write(in.Bytes())
-			err = errors.Join(err, f.Close())
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	grow()
+	in := &crashInput{path: filepath.Join(dir, "input.txt")}
+	in.grow(t, chunk)
 	writeApp(t, dir, crashApp)
 	rng := rand.New(rand.NewPCG(1, 2))
 	kills := 0
@@ -97,77 +155,64 @@ func TestCrashExactlyOnce(t *testing.T) {
 		if attempt > 200 {
 			t.Fatalf("only %d kills landed", kills)
 		}
-		// Runs take turns: the durable store, --no-sync, and the durable
-		// store with --defer-commits (runtime/deferred.go).
-		args := []string{"run", "app.yaml", "--drain", "--log-level", "warn"}
-		switch attempt % 3 {
-		case 1:
-			args = append(args, "--no-sync")
-		case 2:
-			args = append(args, "--defer-commits")
-		}
-		cmd := cliCmd(t, dir, args...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
+		c := startCrashChild(t, dir, crashRunArgs(attempt, "run", "app.yaml", "--drain", "--log-level", "warn")...)
 		delay := time.Duration(20+rng.IntN(300)) * time.Millisecond
 		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("run %d: %v\n%s", attempt, err, stderr.String())
+		case <-c.exited:
+			if c.err != nil {
+				t.Fatalf("run %d: %v\n%s", attempt, c.err, c.stderr.String())
 			}
 			t.Logf("run %d drained before its kill at %v, after %d kills: %d more lines", attempt, delay, kills, chunk)
-			grow()
+			in.grow(t, chunk)
 		case <-time.After(delay):
-			cmd.Process.Signal(syscall.SIGKILL)
-			<-done
+			c.kill()
 			kills++
 		}
 	}
-	// The last run drains to the end.
+	finalDrain(t, dir)
+	checkCrashOutput(t, dir, "crash", in)
+	t.Logf("%d kills; %d lines, %d dead letters", kills, in.lines, in.bad)
+}
+
+// finalDrain runs the app in dir to the end of its input.
+func finalDrain(t *testing.T, dir string) {
+	t.Helper()
 	cmd := cliCmd(t, dir, "run", "app.yaml", "--drain", "--no-sync", "--log-level", "warn")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("final run: %v\n%s", err, out)
 	}
+}
 
-	s, err := runtime.OpenStore(filepath.Join(dir, ".flowrun", "crash"))
+// checkCrashOutput compares the drained store of app in dir and its file
+// sink's out.txt with the input: the count flowlet's counters, parse's
+// dead letters and the sink's lines hold every line exactly once.
+func checkCrashOutput(t *testing.T, dir, app string, in *crashInput) {
+	t.Helper()
+	s, err := runtime.OpenStore(filepath.Join(dir, ".flowrun", app))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	for _, fl := range []string{"count"} {
-		var total int64
-		seen := map[string]int64{}
-		err := s.View("crash", fl, func(r runtime.StateReader) error {
-			var err error
-			if total, err = r.Counters("n").Get([]byte("total")); err != nil {
-				return err
-			}
-			it := r.Counters("seen").Scan(flowletScanAll)
-			defer it.Close()
-			for it.Next() {
-				seen[string(it.Key())] = it.Count()
-			}
-			return it.Err()
-		})
-		if err != nil {
-			t.Fatal(err)
+	view := func(fl string, fn func(runtime.StateReader) error) error { return s.View(app, fl, fn) }
+	seen := seenIn(t, view, "count")
+	var total int64
+	if err := view("count", func(r runtime.StateReader) error {
+		var err error
+		total, err = r.Counters("n").Get([]byte("total"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if total != int64(len(in.want)) {
+		t.Errorf("count: total %d, want %d", total, len(in.want))
+	}
+	for k, n := range seen {
+		if n != 1 || !in.want[k] {
+			t.Errorf("count: %q counted %d times", k, n)
 		}
-		if total != int64(len(want)) {
-			t.Errorf("%s: total %d, want %d", fl, total, len(want))
-		}
-		for k, n := range seen {
-			if n != 1 || !want[k] {
-				t.Errorf("%s: %q counted %d times", fl, k, n)
-			}
-		}
-		if len(seen) != len(want) {
-			t.Errorf("%s: %d distinct lines counted, want %d", fl, len(seen), len(want))
-		}
+	}
+	if len(seen) != len(in.want) {
+		t.Errorf("count: %d distinct lines counted, want %d", len(seen), len(in.want))
 	}
 	var dead []runtime.DeadLetter
 	if err := s.DeadLetters("parse", 0, func(d runtime.DeadLetter) bool { dead = append(dead, d); return true }); err != nil {
@@ -177,8 +222,13 @@ func TestCrashExactlyOnce(t *testing.T) {
 	for _, d := range dead {
 		deadSet[string(d.Payload)]++
 	}
-	if len(dead) != bad || len(deadSet) != bad {
-		t.Errorf("dead letters: %d (%d distinct), want %d", len(dead), len(deadSet), bad)
+	if len(dead) != in.bad || len(deadSet) != in.bad {
+		t.Errorf("dead letters: %d (%d distinct), want %d", len(dead), len(deadSet), in.bad)
+	}
+	for p := range deadSet {
+		if !strings.HasPrefix(p, "BAD-") {
+			t.Errorf("dead letter %q: not a BAD line", p)
+		}
 	}
 	f, err := os.Open(filepath.Join(dir, "out.txt"))
 	if err != nil {
@@ -192,14 +242,13 @@ func TestCrashExactlyOnce(t *testing.T) {
 		got[sc.Text()]++
 		n++
 	}
-	if n != len(want) || len(got) != len(want) {
-		t.Errorf("sink file: %d lines, %d distinct, want %d", n, len(got), len(want))
+	if n != len(in.want) || len(got) != len(in.want) {
+		t.Errorf("sink file: %d lines, %d distinct, want %d", n, len(got), len(in.want))
 	}
 	for k, c := range got {
-		if c != 1 || !want[k] {
+		if c != 1 || !in.want[k] {
 			t.Errorf("sink file: %q %d times", k, c)
 			break
 		}
 	}
-	t.Logf("%d kills; %d lines, %d dead letters", kills, lines, bad)
 }

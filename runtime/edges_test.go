@@ -15,11 +15,17 @@ import (
 	"github.com/flowrun/flowrun/runtime"
 )
 
-// lines reads the payloads a t_count flowlet saw, with counts.
+// seen reads the payloads a t_count flowlet saw, with counts.
 func seen(t *testing.T, a *runtime.App, fl string) map[string]int64 {
 	t.Helper()
+	return seenIn(t, a.View, fl)
+}
+
+// seenIn is seen through view: an App's View, or a Store's for one app.
+func seenIn(t *testing.T, view func(fl string, fn func(runtime.StateReader) error) error, fl string) map[string]int64 {
+	t.Helper()
 	out := map[string]int64{}
-	err := a.View(fl, func(r runtime.StateReader) error {
+	err := view(fl, func(r runtime.StateReader) error {
 		it := r.Counters("seen").Scan(flowletScanAll)
 		defer it.Close()
 		for it.Next() {
