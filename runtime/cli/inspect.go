@@ -521,9 +521,12 @@ func (g *globals) queueCmd() *cobra.Command {
 					key = q.Key
 				}
 			}
-			es, err := s.TailSelect(args[1], key, n, 0, sel)
+			es, truncated, err := s.TailBounded(args[1], key, n, 0, runtime.MaxListBytes, sel)
 			if err != nil {
 				return &exitError{ExitFailure, err}
+			}
+			if truncated {
+				fmt.Fprintf(g.stderr, "listing truncated at %d MiB: the newest %d entries that fit; select fewer with -n, --partition, --from/--to or --since/--until\n", runtime.MaxListBytes>>20, len(es))
 			}
 			if g.asJSON {
 				return g.printJSON(es)
@@ -575,9 +578,12 @@ func (g *globals) dlqCmd() *cobra.Command {
 			} else if fls, err = s.DLQFlowlets(); err != nil {
 				return err
 			}
-			out, err := s.DeadLetterList(fls, n)
+			out, truncated, err := s.DeadLetterListBounded(fls, n, runtime.MaxListBytes)
 			if err != nil {
 				return &exitError{ExitFailure, err}
+			}
+			if truncated {
+				fmt.Fprintf(g.stderr, "listing truncated at %d MiB: the first %d dead letters that fit; list one FLOWLET or fewer with -n\n", runtime.MaxListBytes>>20, len(out))
 			}
 			if g.asJSON {
 				return g.printJSON(out)
