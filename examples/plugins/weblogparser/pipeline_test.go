@@ -172,6 +172,7 @@ func runApp(t testing.TB, path, parserType string, batch int, during func(ctx co
 	for h, n := range lines {
 		if n > 0 {
 			got.BytesPerHour[h] = nbytes[h]
+			got.LinesPerHour[h] = n
 		}
 	}
 	if err := app.Close(); err != nil {

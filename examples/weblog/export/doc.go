@@ -12,6 +12,7 @@
 //	status_counts   counters "counts" of the weblog_status_counts flowlet
 //	bytes_per_hour  counters "bytes" of the weblog_bytes_per_hour flowlet,
 //	                for every hour whose counter "lines" is > 0
+//	lines_per_hour  counters "lines" of the same flowlet, those > 0
 //	malformed       entries in the dead-letter queue of every weblog_parser
 //
 // Values longer than a state key (paths or clients over 4 KiB) are stored

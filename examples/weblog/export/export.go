@@ -105,10 +105,14 @@ func Export(r Roles, s Store) (*flowlets.Results, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.BytesPerHour = map[string]int64{}
+	res.BytesPerHour, res.LinesPerHour = map[string]int64{}, map[string]int64{}
 	for h, n := range lines {
+		if n < 0 {
+			return nil, fmt.Errorf("%s: hour %q has %d lines", r.BytesPerHour, h, n)
+		}
 		if n > 0 {
 			res.BytesPerHour[h] = nbytes[h]
+			res.LinesPerHour[h] = n
 		}
 	}
 	for h, n := range nbytes {

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/flowrun/flowrun/examples/weblog/flowlets"
+	"github.com/flowrun/flowrun/examples/weblog/verify/expect"
 	"github.com/flowrun/flowrun/planner"
 )
 
@@ -106,6 +108,9 @@ func TestExport(t *testing.T) {
 	if len(res.BytesPerHour) != 2 || res.BytesPerHour["2026-11-21T13"] != 10 || res.BytesPerHour["2026-11-21T14"] != 0 {
 		t.Errorf("bytes per hour %v", res.BytesPerHour)
 	}
+	if len(res.LinesPerHour) != 2 || res.LinesPerHour["2026-11-21T13"] != 3 || res.LinesPerHour["2026-11-21T14"] != 2 {
+		t.Errorf("lines per hour %v", res.LinesPerHour)
+	}
 	if res.Malformed != 5 || res.Visitors["1.2.3.4"] != 5 || res.StatusCounts["404"] != 1 {
 		t.Errorf("%+v", res)
 	}
@@ -130,6 +135,11 @@ func TestExport(t *testing.T) {
 		t.Error("bytes without lines accepted")
 	}
 	delete(s.counters["bh/bytes"], "2026-11-21T15")
+	s.counters["bh/lines"]["2026-11-21T15"] = -1
+	if _, err := Export(roles, s); err == nil {
+		t.Error("negative lines accepted")
+	}
+	delete(s.counters["bh/lines"], "2026-11-21T15")
 	s.dup = true
 	if _, err := Export(roles, s); err == nil {
 		t.Error("duplicate counter key accepted")
@@ -164,5 +174,76 @@ func TestFindRoles(t *testing.T) {
 	}
 	if _, err := FindRoles(plan); err == nil || !strings.Contains(err.Error(), "no flowlet of type weblog_bytes_per_hour") {
 		t.Errorf("missing roles: %v", err)
+	}
+}
+
+// violationLog has two lines in hour 13, one of them of 0 bytes (a 304),
+// one in hour 14 and a malformed one.
+const violationLog = `203.0.113.7 - - [21/Nov/2026:13:55:36 +0000] "GET /a HTTP/1.1" 200 100 "-" "-"
+203.0.113.7 - - [21/Nov/2026:13:55:37 +0000] "GET /a HTTP/1.1" 304 - "-" "-"
+2001:db8::1 - - [21/Nov/2026:14:00:00 +0000] "GET /b HTTP/1.1" 404 7 "-" "-"
+garbage
+`
+
+// violationStore is the state an exactly-once run over violationLog leaves.
+func violationStore() *fakeStore {
+	return &fakeStore{
+		counters: map[string]map[string]int64{
+			"pv/views":  {"/a": 2, "/b": 1},
+			"uv/hits":   {"203.0.113.7": 2, "2001:db8::1": 1},
+			"sc/counts": {"200": 1, "304": 1, "404": 1},
+			"bh/lines":  {"2026-11-21T13": 2, "2026-11-21T14": 1},
+			"bh/bytes":  {"2026-11-21T13": 100, "2026-11-21T14": 7},
+		},
+		dlq: map[string]int64{"p1": 1, "p2": 0},
+	}
+}
+
+// verifyExport exports s as the export command does and has the
+// independent verifier compare it with what violationLog should give.
+func verifyExport(t *testing.T, roles Roles, s Store) []expect.Diff {
+	t.Helper()
+	res, err := Export(roles, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := expect.ReadResults(bytes.NewReader(js))
+	if err != nil {
+		t.Fatalf("exported results not in the verifier's format: %v\n%s", err, js)
+	}
+	want, _, err := expect.Compute(strings.NewReader(violationLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return expect.Compare(want, got)
+}
+
+// TestVerifierCatchesHourViolations: an exactly-once violation in the
+// bytes-per-hour counters must fail the verification, also when it only
+// shows in the lines of an hour: a 0-byte line counted twice, lost, or
+// counted in the wrong hour leaves every byte sum as it was.
+func TestVerifierCatchesHourViolations(t *testing.T) {
+	roles, err := FindRoles(testPlan(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := verifyExport(t, roles, violationStore()); len(d) != 0 {
+		t.Fatalf("the exactly-once state fails the verification: %v", d)
+	}
+	for name, lines := range map[string]map[string]int64{
+		"0-byte line counted twice":        {"2026-11-21T13": 3, "2026-11-21T14": 1},
+		"0-byte line lost":                 {"2026-11-21T13": 1, "2026-11-21T14": 1},
+		"0-byte line counted in hour 14":   {"2026-11-21T13": 1, "2026-11-21T14": 2},
+		"hour 14 line counted three times": {"2026-11-21T13": 2, "2026-11-21T14": 3},
+	} {
+		s := violationStore()
+		s.counters["bh/lines"] = lines
+		if d := verifyExport(t, roles, s); len(d) == 0 {
+			t.Errorf("%s: the verifier passes it", name)
+		}
 	}
 }

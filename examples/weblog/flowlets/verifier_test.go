@@ -61,6 +61,7 @@ func TestAgainstVerifier(t *testing.T) {
 			r.Visitors[string(l.Host)]++
 			r.StatusCounts[string(l.Status[:])]++
 			r.BytesPerHour[string(l.Hour[:])] += l.Bytes
+			r.LinesPerHour[string(l.Hour[:])]++
 		}
 		js, err := json.Marshal(r)
 		if err != nil {

@@ -15,7 +15,8 @@ garbage
 `
 
 const testResults = `{"page_views":{"/a":2,"/b":1},"visitors":{"203.0.113.7":2,"2001:db8::1":1},` +
-	`"status_counts":{"200":1,"304":1,"404":1},"bytes_per_hour":{"2026-11-21T13":100,"2026-11-21T14":7},"malformed":1}`
+	`"status_counts":{"200":1,"304":1,"404":1},"bytes_per_hour":{"2026-11-21T13":100,"2026-11-21T14":7},` +
+	`"lines_per_hour":{"2026-11-21T13":2,"2026-11-21T14":1},"malformed":1}`
 
 func write(t *testing.T, dir, name, content string) string {
 	t.Helper()

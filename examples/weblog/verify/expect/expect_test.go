@@ -160,6 +160,13 @@ func TestHandWrittenLog(t *testing.T) {
 			"2028-02-29T00": 12,
 			"2026-12-31T01": 5,
 		},
+		LinesPerHour: map[string]int64{
+			"2026-11-21T13": 12,
+			"2026-11-21T14": 3, // 100 bytes and two lines of 0
+			"2026-11-21T23": 1,
+			"2028-02-29T00": 1,
+			"2026-12-31T01": 1,
+		},
 		Malformed: handMalformed,
 	}
 	got, stats, err := Compute(bytes.NewReader(handLog()))

@@ -13,12 +13,16 @@ import (
 // Results is the canonical result set, in the JSON format documented in the
 // README:
 //
-//	{"page_views":{...},"visitors":{...},"status_counts":{...},"bytes_per_hour":{...},"malformed":N}
+//	{"page_views":{...},"visitors":{...},"status_counts":{...},"bytes_per_hour":{...},"lines_per_hour":{...},"malformed":N}
+//
+// LinesPerHour is there because bytes alone miss a line of 0 bytes (a 304)
+// counted twice, lost or counted in the wrong hour.
 type Results struct {
 	PageViews    map[string]int64 `json:"page_views"`
 	Visitors     map[string]int64 `json:"visitors"`
 	StatusCounts map[string]int64 `json:"status_counts"`
 	BytesPerHour map[string]int64 `json:"bytes_per_hour"`
+	LinesPerHour map[string]int64 `json:"lines_per_hour"`
 	Malformed    int64            `json:"malformed"`
 }
 
@@ -29,6 +33,7 @@ func NewResults() *Results {
 		Visitors:     map[string]int64{},
 		StatusCounts: map[string]int64{},
 		BytesPerHour: map[string]int64{},
+		LinesPerHour: map[string]int64{},
 	}
 }
 
@@ -46,13 +51,15 @@ const NumReasons = int(numReasons)
 // Accumulator folds lines into Results.
 type Accumulator struct {
 	res   *Results
-	hours map[int64]int64
+	hours map[int64]hourTotals
 	stats Stats
 }
 
+type hourTotals struct{ bytes, lines int64 }
+
 // NewAccumulator returns an empty accumulator.
 func NewAccumulator() *Accumulator {
-	return &Accumulator{res: NewResults(), hours: map[int64]int64{}}
+	return &Accumulator{res: NewResults(), hours: map[int64]hourTotals{}}
 }
 
 // Add accounts for one line (without its "\n").
@@ -72,14 +79,19 @@ func (a *Accumulator) addParsed(rec Record, reason Reason) {
 	a.res.PageViews[rec.Path]++
 	a.res.Visitors[rec.Host]++
 	a.res.StatusCounts[strconv.Itoa(rec.Status)]++
-	a.hours[rec.Hour] += rec.Bytes
+	h := a.hours[rec.Hour]
+	h.bytes += rec.Bytes
+	h.lines++
+	a.hours[rec.Hour] = h
 }
 
 // Results returns the results accumulated so far.
 func (a *Accumulator) Results() *Results {
 	a.res.BytesPerHour = make(map[string]int64, len(a.hours))
-	for h, b := range a.hours {
-		a.res.BytesPerHour[HourKey(h)] = b
+	a.res.LinesPerHour = make(map[string]int64, len(a.hours))
+	for h, t := range a.hours {
+		a.res.BytesPerHour[HourKey(h)] = t.bytes
+		a.res.LinesPerHour[HourKey(h)] = t.lines
 	}
 	return a.res
 }
@@ -122,7 +134,7 @@ func Compute(r io.Reader) (*Results, Stats, error) {
 // WriteJSON writes res in the canonical format (indented, keys sorted).
 func WriteJSON(w io.Writer, res *Results) error {
 	c := *res
-	for _, m := range []*map[string]int64{&c.PageViews, &c.Visitors, &c.StatusCounts, &c.BytesPerHour} {
+	for _, m := range []*map[string]int64{&c.PageViews, &c.Visitors, &c.StatusCounts, &c.BytesPerHour, &c.LinesPerHour} {
 		if *m == nil {
 			*m = map[string]int64{}
 		}
@@ -137,7 +149,7 @@ func WriteJSON(w io.Writer, res *Results) error {
 }
 
 // Section names, in canonical order.
-var Sections = []string{"page_views", "visitors", "status_counts", "bytes_per_hour", "malformed"}
+var Sections = []string{"page_views", "visitors", "status_counts", "bytes_per_hour", "lines_per_hour", "malformed"}
 
 func (r *Results) section(name string) map[string]int64 {
 	switch name {
@@ -149,12 +161,14 @@ func (r *Results) section(name string) map[string]int64 {
 		return r.StatusCounts
 	case "bytes_per_hour":
 		return r.BytesPerHour
+	case "lines_per_hour":
+		return r.LinesPerHour
 	}
 	return nil
 }
 
 // ReadResults decodes results in the canonical format, strictly: the top
-// level must be an object with exactly the five members, each map member an
+// level must be an object with exactly the six members, each map member an
 // object whose values are integers in 0..2^63-1, no duplicate keys at any
 // level, "malformed" an integer in the same range, nothing after the object.
 func ReadResults(r io.Reader) (*Results, error) {
@@ -175,7 +189,7 @@ func ReadResults(r io.Reader) (*Results, error) {
 		}
 		seen[name] = true
 		switch name {
-		case "page_views", "visitors", "status_counts", "bytes_per_hour":
+		case "page_views", "visitors", "status_counts", "bytes_per_hour", "lines_per_hour":
 			m, err := readCounts(dec, name)
 			if err != nil {
 				return nil, err
@@ -189,6 +203,8 @@ func ReadResults(r io.Reader) (*Results, error) {
 				res.StatusCounts = m
 			case "bytes_per_hour":
 				res.BytesPerHour = m
+			case "lines_per_hour":
+				res.LinesPerHour = m
 			}
 		case "malformed":
 			n, err := countToken(dec, "malformed")

@@ -13,13 +13,14 @@ func sample() *Results {
 		Visitors:     map[string]int64{"1.2.3.4": 4, "2001:db8::1": 2},
 		StatusCounts: map[string]int64{"200": 5, "404": 1},
 		BytesPerHour: map[string]int64{"2026-11-21T13": 100, "2026-11-21T14": 0},
+		LinesPerHour: map[string]int64{"2026-11-21T13": 4, "2026-11-21T14": 2},
 		Malformed:    7,
 	}
 }
 
 func clone(r *Results) *Results {
 	c := *r
-	for _, m := range []*map[string]int64{&c.PageViews, &c.Visitors, &c.StatusCounts, &c.BytesPerHour} {
+	for _, m := range []*map[string]int64{&c.PageViews, &c.Visitors, &c.StatusCounts, &c.BytesPerHour, &c.LinesPerHour} {
 		n := map[string]int64{}
 		for k, v := range *m {
 			n[k] = v
@@ -51,10 +52,13 @@ func TestCompareEachKind(t *testing.T) {
 		{"zero-byte hour missing", func(r *Results) { delete(r.BytesPerHour, "2026-11-21T14") }, Diff{"bytes_per_hour", "2026-11-21T14", Missing, 0, 0}},
 		{"bytes", func(r *Results) { r.BytesPerHour["2026-11-21T13"] = 200 }, Diff{"bytes_per_hour", "2026-11-21T13", Mismatch, 100, 200}},
 		{"extra hour", func(r *Results) { r.BytesPerHour["2026-11-21T15"] = 1 }, Diff{"bytes_per_hour", "2026-11-21T15", Extra, 0, 1}},
+		{"0-byte line counted twice", func(r *Results) { r.LinesPerHour["2026-11-21T14"]++ }, Diff{"lines_per_hour", "2026-11-21T14", Mismatch, 2, 3}},
+		{"extra hour of lines", func(r *Results) { r.LinesPerHour["2026-11-21T15"] = 1 }, Diff{"lines_per_hour", "2026-11-21T15", Extra, 0, 1}},
 		{"malformed", func(r *Results) { r.Malformed = 6 }, Diff{"malformed", "", Mismatch, 7, 6}},
 		{"nil map", func(r *Results) {
 			r.StatusCounts = nil
 			r.BytesPerHour = nil
+			r.LinesPerHour = nil
 			r.Visitors = nil
 			r.PageViews = map[string]int64{"/": 3, "/a": 2}
 		},
@@ -139,36 +143,37 @@ func TestJSONRoundTrip(t *testing.T) {
 }
 
 func TestReadResults(t *testing.T) {
-	const valid = `{"page_views":{"/a":3},"visitors":{"1.2.3.4":3},"status_counts":{"200":3},"bytes_per_hour":{"2026-11-21T13":4567},"malformed":42}`
+	const valid = `{"page_views":{"/a":3},"visitors":{"1.2.3.4":3},"status_counts":{"200":3},"bytes_per_hour":{"2026-11-21T13":4567},"lines_per_hour":{"2026-11-21T13":89},"malformed":42}`
 	r, err := ReadResults(strings.NewReader(valid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.PageViews["/a"] != 3 || r.Malformed != 42 || r.BytesPerHour["2026-11-21T13"] != 4567 {
+	if r.PageViews["/a"] != 3 || r.Malformed != 42 || r.BytesPerHour["2026-11-21T13"] != 4567 || r.LinesPerHour["2026-11-21T13"] != 89 {
 		t.Errorf("decoded %+v", r)
 	}
 	// Member order and white space do not matter.
-	if _, err := ReadResults(strings.NewReader(" {\n\"malformed\": 0, \"bytes_per_hour\":{}, \"status_counts\":{},\"visitors\":{},\"page_views\":{}}\n")); err != nil {
+	if _, err := ReadResults(strings.NewReader(" {\n\"malformed\": 0, \"bytes_per_hour\":{}, \"lines_per_hour\":{}, \"status_counts\":{},\"visitors\":{},\"page_views\":{}}\n")); err != nil {
 		t.Errorf("reordered: %v", err)
 	}
 	bad := map[string]string{
-		"not json":         `page_views`,
-		"array":            `[]`,
-		"missing member":   `{"page_views":{},"visitors":{},"status_counts":{},"malformed":0}`,
-		"unknown member":   `{"page_views":{},"visitors":{},"status_counts":{},"bytes_per_hour":{},"malformed":0,"lines":1}`,
-		"duplicate member": `{"page_views":{},"page_views":{},"visitors":{},"status_counts":{},"bytes_per_hour":{},"malformed":0}`,
-		"duplicate key":    `{"page_views":{"/a":1,"/a":2},"visitors":{},"status_counts":{},"bytes_per_hour":{},"malformed":0}`,
-		"null map":         `{"page_views":null,"visitors":{},"status_counts":{},"bytes_per_hour":{},"malformed":0}`,
-		"negative":         `{"page_views":{"/a":-1},"visitors":{},"status_counts":{},"bytes_per_hour":{},"malformed":0}`,
-		"float":            `{"page_views":{"/a":1.5},"visitors":{},"status_counts":{},"bytes_per_hour":{},"malformed":0}`,
-		"exponent":         `{"page_views":{"/a":1e3},"visitors":{},"status_counts":{},"bytes_per_hour":{},"malformed":0}`,
-		"string count":     `{"page_views":{"/a":"1"},"visitors":{},"status_counts":{},"bytes_per_hour":{},"malformed":0}`,
-		"too big":          `{"page_views":{"/a":9223372036854775808},"visitors":{},"status_counts":{},"bytes_per_hour":{},"malformed":0}`,
-		"malformed object": `{"page_views":{},"visitors":{},"status_counts":{},"bytes_per_hour":{},"malformed":{}}`,
-		"nested":           `{"page_views":{"/a":{}},"visitors":{},"status_counts":{},"bytes_per_hour":{},"malformed":0}`,
-		"trailing data":    valid + `{}`,
-		"truncated":        valid[:len(valid)-1],
-		"empty":            ``,
+		"not json":          `page_views`,
+		"array":             `[]`,
+		"missing member":    `{"page_views":{},"visitors":{},"status_counts":{},"malformed":0}`,
+		"no lines_per_hour": `{"page_views":{},"visitors":{},"status_counts":{},"bytes_per_hour":{},"malformed":0}`,
+		"unknown member":    `{"page_views":{},"visitors":{},"status_counts":{},"bytes_per_hour":{},"lines_per_hour":{},"malformed":0,"lines":1}`,
+		"duplicate member":  `{"page_views":{},"page_views":{},"visitors":{},"status_counts":{},"bytes_per_hour":{},"lines_per_hour":{},"malformed":0}`,
+		"duplicate key":     `{"page_views":{"/a":1,"/a":2},"visitors":{},"status_counts":{},"bytes_per_hour":{},"lines_per_hour":{},"malformed":0}`,
+		"null map":          `{"page_views":null,"visitors":{},"status_counts":{},"bytes_per_hour":{},"lines_per_hour":{},"malformed":0}`,
+		"negative":          `{"page_views":{"/a":-1},"visitors":{},"status_counts":{},"bytes_per_hour":{},"lines_per_hour":{},"malformed":0}`,
+		"float":             `{"page_views":{"/a":1.5},"visitors":{},"status_counts":{},"bytes_per_hour":{},"lines_per_hour":{},"malformed":0}`,
+		"exponent":          `{"page_views":{"/a":1e3},"visitors":{},"status_counts":{},"bytes_per_hour":{},"lines_per_hour":{},"malformed":0}`,
+		"string count":      `{"page_views":{"/a":"1"},"visitors":{},"status_counts":{},"bytes_per_hour":{},"lines_per_hour":{},"malformed":0}`,
+		"too big":           `{"page_views":{"/a":9223372036854775808},"visitors":{},"status_counts":{},"bytes_per_hour":{},"lines_per_hour":{},"malformed":0}`,
+		"malformed object":  `{"page_views":{},"visitors":{},"status_counts":{},"bytes_per_hour":{},"lines_per_hour":{},"malformed":{}}`,
+		"nested":            `{"page_views":{"/a":{}},"visitors":{},"status_counts":{},"bytes_per_hour":{},"lines_per_hour":{},"malformed":0}`,
+		"trailing data":     valid + `{}`,
+		"truncated":         valid[:len(valid)-1],
+		"empty":             ``,
 	}
 	for name, in := range bad {
 		if r, err := ReadResults(strings.NewReader(in)); err == nil {
