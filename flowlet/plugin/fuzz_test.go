@@ -1,0 +1,70 @@
+package plugin
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/flowrun/flowrun/flowlet"
+)
+
+// FuzzDecodeConfig feeds DecodeConfig what a host could send as a config
+// and every flowlet.Config getter each of its fields: none may panic, a
+// getter's error is a *flowlet.ConfigError naming the field, and a value
+// taken is the value sent.
+//
+//	go test ./flowlet/plugin -run '^$' -fuzz FuzzDecodeConfig -fuzztime 1m
+func FuzzDecodeConfig(f *testing.F) {
+	for _, s := range []string{
+		``, `null`, `{}`, `[]`, `{"a": 1}`, `{"n": 9223372036854775807, "m": 9223372036854775808, "x": -9223372036854775809}`,
+		`{"f": 1.5, "e": 1e400, "z": -0, "ne": -1e-400, "w": 3.0, "big": 18446744073709551616}`,
+		`{"s": " 100", "d": "250ms", "b": "TRUE", "h": "0x1p4", "u": "1_000", "i": "inf", "l": ["a", 1, null], "m": {"x": [{}]}}`,
+		`{"d": 0, "d2": 10, "d3": "-9223372036854775808ns", "d4": "1e3s"}`, `{"a": 1}{"b": 2}`, `{"a": "\ud800"}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, js string) {
+		m, err := DecodeConfig(js)
+		if err != nil {
+			return
+		}
+		if m == nil {
+			t.Fatal("nil config without an error")
+		}
+		c := flowlet.NewConfig("f", m)
+		for field, v := range m {
+			checkGetters(t, c, field, v)
+		}
+		checkGetters(t, c, "absent", nil)
+		_ = c.Known("a")
+		_ = c.Require("a", "absent")
+	})
+}
+
+func checkGetters(t *testing.T, c flowlet.Config, field string, v any) {
+	t.Helper()
+	checkErr := func(getter string, err error) {
+		var ce *flowlet.ConfigError
+		if err != nil && (!errors.As(err, &ce) || ce.Field != field || ce.Flowlet != "f") {
+			t.Fatalf("%s(%q) of %#v: error %T %v, want a *ConfigError naming the field", getter, field, v, err, err)
+		}
+	}
+	i, err := c.Int(field, 7)
+	checkErr("Int", err)
+	if x, ok := v.(float64); ok && err == nil && float64(i) != x {
+		t.Fatalf("Int(%q) of %v = %d", field, x, i)
+	}
+	fl, err := c.Float(field, 7)
+	checkErr("Float", err)
+	if err == nil && (math.IsNaN(fl) || math.IsInf(fl, 0)) {
+		t.Fatalf("Float(%q) of %#v = %v", field, v, fl)
+	}
+	_, err = c.String(field, "")
+	checkErr("String", err)
+	_, err = c.Bool(field, false)
+	checkErr("Bool", err)
+	_, err = c.Duration(field, 0)
+	checkErr("Duration", err)
+	_, err = c.Strings(field, nil)
+	checkErr("Strings", err)
+}
