@@ -14,6 +14,8 @@
 //	                for every hour whose counter "lines" is > 0
 //	lines_per_hour  counters "lines" of the same flowlet, those > 0
 //	malformed       entries in the dead-letter queue of every weblog_parser
+//	                and of every flowlet that feeds one (lines over the
+//	                reader's max_line_bytes never reach a parser)
 //
 // Values longer than a state key (paths or clients over 4 KiB) are stored
 // under a hashed key and resolved through the flowlet's table "long_keys".

@@ -6,6 +6,7 @@ import (
 	"io"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -34,7 +35,12 @@ type Store interface {
 const ParserPlugin = "weblogparser"
 
 type Roles struct {
-	Parsers                                         []string
+	Parsers []string
+	// Readers are the flowlets that feed a parser: a line a reader
+	// dead-letters (file_source: one over its max_line_bytes, at most
+	// 1 MiB, so far past the 64 KiB of a well-formed line) never reaches
+	// a parser but is a malformed line of the log all the same.
+	Readers                                         []string
 	PageViews, Visitors, StatusCounts, BytesPerHour string
 }
 
@@ -79,6 +85,11 @@ func FindRoles(plan *planner.Plan) (Roles, error) {
 	if errs != nil {
 		return r, fmt.Errorf("app %s: %s", plan.App, strings.Join(errs, "; "))
 	}
+	for _, c := range plan.Connections {
+		if slices.Contains(r.Parsers, c.To) && !slices.Contains(r.Readers, c.From) {
+			r.Readers = append(r.Readers, c.From)
+		}
+	}
 	return r, nil
 }
 
@@ -120,7 +131,7 @@ func Export(r Roles, s Store) (*flowlets.Results, error) {
 			return nil, fmt.Errorf("%s: hour %q has %d bytes but no lines", r.BytesPerHour, h, n)
 		}
 	}
-	for _, p := range r.Parsers {
+	for _, p := range slices.Concat(r.Parsers, r.Readers) {
 		n, err := s.DLQLen(p)
 		if err != nil {
 			return nil, err

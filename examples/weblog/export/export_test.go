@@ -2,15 +2,21 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flowrun/flowrun/examples/weblog/flowlets"
 	"github.com/flowrun/flowrun/examples/weblog/verify/expect"
 	"github.com/flowrun/flowrun/planner"
+	"github.com/flowrun/flowrun/runtime"
+	_ "github.com/flowrun/flowrun/runtime/builtin"
 )
 
 // fakeStore holds counters and tables per "flowlet/table".
@@ -159,6 +165,11 @@ func TestFindRoles(t *testing.T) {
 	if strings.Join(r.Parsers, ",") != "p1,p2" || r.PageViews != "pv" || r.Visitors != "uv" || r.StatusCounts != "sc" || r.BytesPerHour != "bh" {
 		t.Errorf("%+v", r)
 	}
+	// What feeds a parser is a reader, once.
+	r, err = FindRoles(testPlan(t, "connections:\n  - {from: src, to: p1}\n  - {from: src, to: p2}\n  - {from: p1.pages, to: pv}\n"))
+	if err != nil || strings.Join(r.Readers, ",") != "src" {
+		t.Errorf("readers %q, want src: %v", r.Readers, err)
+	}
 	// The parser plugin is a parser.
 	r, err = FindRoles(testPlan(t, "  p3: {plugin: ../plugins/weblogparser}\n  other: {plugin: ./elsewhere}\n"))
 	if err != nil || strings.Join(r.Parsers, ",") != "p1,p2,p3" {
@@ -211,11 +222,18 @@ func verifyExport(t *testing.T, roles Roles, s Store) []expect.Diff {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return verifyJSON(t, js, []byte(violationLog))
+}
+
+// verifyJSON has the independent verifier compare exported results with
+// what log should give.
+func verifyJSON(t *testing.T, js, log []byte) []expect.Diff {
+	t.Helper()
 	got, err := expect.ReadResults(bytes.NewReader(js))
 	if err != nil {
 		t.Fatalf("exported results not in the verifier's format: %v\n%s", err, js)
 	}
-	want, _, err := expect.Compute(strings.NewReader(violationLog))
+	want, _, err := expect.Compute(bytes.NewReader(log))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,5 +263,43 @@ func TestVerifierCatchesHourViolations(t *testing.T) {
 		if d := verifyExport(t, roles, s); len(d) == 0 {
 			t.Errorf("%s: the verifier passes it", name)
 		}
+	}
+}
+
+// TestLineOverReaderLimitIsMalformed runs app-builtin.yaml over a log with a
+// line longer than the reader's max_line_bytes (1 MiB at most), which the
+// reader dead-letters itself, so the parser never sees it: it is still one
+// malformed line of the log, and the exported results must say so.
+func TestLineOverReaderLimitIsMalformed(t *testing.T) {
+	dir := t.TempDir()
+	ok := `203.0.113.7 - - [21/Nov/2026:13:55:36 +0000] "GET /a HTTP/1.1" 200 100 "-" "-"`
+	huge := `203.0.113.7 - - [21/Nov/2026:13:55:36 +0000] "GET /` + strings.Repeat("x", 1<<20) + ` HTTP/1.1" 200 1 "-" "-"`
+	log := []byte(ok + "\n" + huge + "\n" + ok + "\ngarbage\n")
+	logFile, data := filepath.Join(dir, "access.log"), filepath.Join(dir, "data")
+	if err := os.WriteFile(logFile, log, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const app = "../app-builtin.yaml"
+	env := map[string]string{"WEBLOG_INPUT": logFile, "WEBLOG_HOURS": filepath.Join(dir, "hours.jsonl")}
+	plan, err := planner.ParseFile(app, planner.Options{Types: runtime.PlannerTypes(),
+		LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := runtime.Open(plan, runtime.Options{DataDir: data, NoSync: true, Drain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := errors.Join(a.Run(ctx), a.Close()); err != nil {
+		t.Fatal(err)
+	}
+	var js bytes.Buffer
+	if err := export(app, data, "", "", &js); err != nil {
+		t.Fatal(err)
+	}
+	if d := verifyJSON(t, js.Bytes(), log); len(d) != 0 {
+		t.Errorf("results differ from the verifier's: %v", d)
 	}
 }
