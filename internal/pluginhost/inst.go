@@ -452,6 +452,12 @@ func (in *inst) call(ctx flowlet.Context, kind pb.StepCall_Op, evs []flowlet.Eve
 	if cbErr != nil {
 		return cbErr
 	}
+	return in.apply(ctx, op, resp, evs)
+}
+
+// apply applies a step's response, for the batch evs, through ctx: a
+// plugin (of another SDK, or a broken one) may send anything here.
+func (in *inst) apply(ctx flowlet.Context, op string, resp *pb.StepResponse, evs []flowlet.Event) error {
 	var result error
 	if e := resp.Error; e != nil {
 		switch e.Kind {
