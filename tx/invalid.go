@@ -121,7 +121,10 @@ func (c *Coordinator) pruneInvalid() {
 }
 
 func (c *Coordinator) pruneInvalidLocked() {
-	if len(c.invalid.ids) == 0 {
+	// A report after Close (or a log failure) changes nothing: the log that
+	// would record the prune is closed, and its refusal would turn ErrClosed
+	// into ErrLogFailed for every later call.
+	if len(c.invalid.ids) == 0 || c.checkOpenLocked() != nil {
 		return
 	}
 	bound := c.pruneBoundLocked()
