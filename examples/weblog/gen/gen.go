@@ -44,6 +44,7 @@ var kindWeights = [numKinds]float64{
 
 const (
 	maxLine      = 64 * 1024 // longest well-formed line
+	hugeLine     = 1 << 20   // file_source's largest max_line_bytes: a longer line never reaches the parser
 	pJitter      = 0.03      // a line's timestamp goes back a few seconds (never before its UTC hour)
 	pAtLimit     = 1.0 / 50000
 	tsLayout     = "02/Jan/2006:15:04:05 -0700"
@@ -59,6 +60,7 @@ type config struct {
 	ips       int
 	paths     int
 	crlf      float64
+	huge      int // malformed lines over the reader's 1 MiB limit
 }
 
 type generator struct {
@@ -76,6 +78,7 @@ type generator struct {
 	left     int // lines still to generate
 	badLeft  int // malformed lines still to generate
 	badSoFar int
+	hugeLeft int // of badLeft, lines over hugeLine still to generate
 
 	tsSec int64
 	tsBuf []byte
@@ -98,6 +101,7 @@ func newGenerator(cfg config) *generator {
 	if g.badLeft > cfg.lines {
 		g.badLeft = cfg.lines
 	}
+	g.hugeLeft = min(cfg.huge, g.badLeft)
 	_, off := cfg.start.Zone()
 	g.zone = time.FixedZone("", off)
 	g.now = cfg.start.UnixNano()
@@ -281,6 +285,14 @@ func (g *generator) next() ([]byte, lineKind) {
 		}
 		g.line = line
 		return line, wellFormed
+	}
+	// Huge lines are drawn only when asked for, so that without them the
+	// output stays what it was for the same flags.
+	if g.hugeLeft > 0 && g.r.IntN(g.badLeft) < g.hugeLeft {
+		g.badLeft--
+		g.hugeLeft--
+		g.line = g.pad(g.assemble(&p), hugeLine+1+g.r.IntN(hugeLine), true)
+		return g.line, mTooLong
 	}
 	g.badLeft--
 	var k lineKind

@@ -256,6 +256,31 @@ func TestPadding(t *testing.T) {
 	}
 }
 
+// TestHugeLines: -huge makes that many of the malformed lines longer than
+// the reader's limit; they are too long by the rules, and nothing else moves.
+func TestHugeLines(t *testing.T) {
+	cfg := testConfig(200, 0.05, 8)
+	cfg.huge = 3
+	data, counts := gen(t, cfg)
+	huge := 0
+	for _, l := range bytes.Split(data, []byte("\n")) {
+		if len(l) > hugeLine {
+			huge++
+		}
+	}
+	res, stats, err := expect.Compute(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if huge != 3 || stats.Lines != 200 || res.Malformed != 10 || stats.ByReason[expect.TooLong] < 3 || counts[mTooLong] < 3 {
+		t.Errorf("%d lines over 1 MiB, want 3; %d lines, %d malformed (want 10), %d too long", huge, stats.Lines, res.Malformed, stats.ByReason[expect.TooLong])
+	}
+	var b bytes.Buffer
+	if code := run([]string{"-lines", "10", "-malformed", "0.1", "-huge", "2"}, &b, &b); code != 2 {
+		t.Errorf("-huge over the malformed lines: exit %d, want 2", code)
+	}
+}
+
 func TestFinalNewline(t *testing.T) {
 	cfg := testConfig(500, 1, 12) // all malformed, so empty lines are likely
 	for _, final := range []bool{true, false} {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"time"
 )
@@ -27,6 +28,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.ips, "ips", 5000, "number of distinct client IPs (about 10% IPv6)")
 	fs.IntVar(&cfg.paths, "paths", 1000, "number of distinct normalised paths (Zipf-like popularity)")
 	fs.Float64Var(&cfg.crlf, "crlf", 0.001, `fraction of well-formed lines ending in "\r\n"`)
+	fs.IntVar(&cfg.huge, "huge", 0, "how many of the malformed lines are longer than 1 MiB (the reader's limit: it dead-letters them itself)")
 	finalNewline := fs.Bool("final-newline", true, `end the last line with "\n"`)
 	stats := fs.Bool("stats", false, "print counts per line kind to stderr")
 	if err := fs.Parse(args); err != nil {
@@ -50,6 +52,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = errors.New("-ips and -paths must be >= 1")
 	case cfg.span < 0:
 		err = errors.New("-span must be >= 0")
+	case cfg.huge < 0 || cfg.huge > int(math.Round(float64(cfg.lines)*cfg.malformed)):
+		err = errors.New("-huge must be in [0, malformed lines]")
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gen: %v\n", err)
