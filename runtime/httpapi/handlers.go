@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/runtime"
@@ -431,16 +432,38 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
+	evs, err := ingestEvents(r.Header.Get("Content-Type"), r.URL.Query().Get("split"), body)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	n, err := s.a.Ingest(r.Context(), fl, r.URL.Query().Get("input"), evs)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, 200, IngestResponse{Accepted: n})
+}
+
+// ingestEvents reads an ingest body: a JSON IngestRequest (Content-Type
+// application/json), the whole body as one event (split=body), or one
+// event a line. Its error is the client's (400).
+func ingestEvents(contentType, split string, body []byte) ([]runtime.IngestEvent, error) {
 	var evs []runtime.IngestEvent
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")) // lower-cased
+	var err error
+	ct, _, _ := mime.ParseMediaType(contentType) // lower-cased
 	switch {
 	case ct == "application/json":
+		if !utf8.Valid(body) {
+			// encoding/json would take each bad byte as U+FFFD: the
+			// events stored would not be the bytes sent.
+			return nil, errors.New("body: not valid UTF-8, which JSON text is: send binary payloads as payload_base64")
+		}
 		var req IngestRequest
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := decodeOne(dec, &req); err != nil {
-			writeErr(w, http.StatusBadRequest, fmt.Errorf("body: %v", err))
-			return
+			return nil, fmt.Errorf("body: %v", err)
 		}
 		for i, e := range req.Events {
 			var ev runtime.IngestEvent
@@ -449,12 +472,10 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 				ev.Payload = []byte(*e.Payload)
 			case e.PayloadBase64 != nil && e.Payload == nil:
 				if ev.Payload, err = base64.StdEncoding.DecodeString(*e.PayloadBase64); err != nil {
-					writeErr(w, http.StatusBadRequest, fmt.Errorf("event %d: payload_base64: %v", i, err))
-					return
+					return nil, fmt.Errorf("event %d: payload_base64: %v", i, err)
 				}
 			default:
-				writeErr(w, http.StatusBadRequest, fmt.Errorf("event %d: give exactly one of payload and payload_base64", i))
-				return
+				return nil, fmt.Errorf("event %d: give exactly one of payload and payload_base64", i)
 			}
 			names := make([]string, 0, len(e.Keys))
 			for k := range e.Keys {
@@ -466,7 +487,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 			}
 			evs = append(evs, ev)
 		}
-	case r.URL.Query().Get("split") == "body":
+	case split == "body":
 		if len(body) > 0 {
 			evs = append(evs, runtime.IngestEvent{Payload: body})
 		}
@@ -480,12 +501,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	n, err := s.a.Ingest(r.Context(), fl, r.URL.Query().Get("input"), evs)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, 200, IngestResponse{Accepted: n})
+	return evs, nil
 }
 
 // decodeOne decodes the one JSON value of a body into v and refuses
