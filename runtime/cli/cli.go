@@ -42,7 +42,11 @@ func Main() {
 // Run runs the CLI with args and returns the exit code.
 func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	g := &globals{stdout: stdout, stderr: stderr}
-	root := g.root()
+	return execute(g.root(), args, stdin, stdout, stderr)
+}
+
+// execute runs the command tree root with args and returns the exit code.
+func execute(root *cobra.Command, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
@@ -100,6 +104,9 @@ func (g *globals) root() *cobra.Command {
 	pf.StringVar(&g.pluginCache, "plugin-cache", os.Getenv("FLOWRUN_PLUGIN_CACHE"), "where plugin package directories are built (default $FLOWRUN_PLUGIN_CACHE, else flowrun/plugins in the user cache directory, else plugins in the data directory)")
 	root.AddCommand(g.runCmd(), g.validateCmd(), g.planCmd(), g.stateCmd(), g.queueCmd(), g.dlqCmd(), g.typesCmd(),
 		g.statusCmd(), g.topCmd(), g.scaleCmd())
+	// Every flag error is a bad command line, whatever pflag calls it
+	// ("bad flag syntax: ---" exited 1, as no phrase of isUsage matched).
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{ExitUsage, err} })
 	// Every command takes the log flags: a bad value is a bad command
 	// line even where nothing logs.
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {

@@ -39,6 +39,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dlq", "lst", "x"}, `unknown command "lst" for "flowrun dlq" (did you mean ls?)`},
 		{[]string{"types", "--log-level", "loud"}, `--log-level: slog: level string "loud": unknown name`},
 		{[]string{"queue", "ls", "x", "--log-format", "xml"}, `--log-format must be text or json, not "xml"`},
+		// Found by FuzzArgs: a flag error without a known phrase exited 1.
+		{[]string{"queue", "ls", "x", "---"}, "bad flag syntax: ---"},
 	} {
 		code, out := runCLI(t, append(tc.args, "--data", data)...)
 		if code != ExitUsage || !strings.Contains(out, tc.want) {
