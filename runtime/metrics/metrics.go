@@ -86,10 +86,10 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	st := c.status()
 	counter := func(d *prometheus.Desc, v uint64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
+		ch <- constMetric(d, prometheus.CounterValue, float64(v), l...)
 	}
 	gauge := func(d *prometheus.Desc, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+		ch <- constMetric(d, prometheus.GaugeValue, v, l...)
 	}
 	durs := c.a.StepDurations()
 	for _, f := range st.Flowlets {
@@ -129,6 +129,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.uptime, st.Uptime)
 }
 
+// constMetric is prometheus.MustNewConstMetric, without the panic: for a
+// label value prometheus refuses (not UTF-8) it is an invalid metric,
+// failing the scrape with an error, where the panic ended the process.
+func constMetric(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) prometheus.Metric {
+	m, err := prometheus.NewConstMetric(d, t, v, labels...)
+	if err != nil {
+		return prometheus.NewInvalidMetric(d, err)
+	}
+	return m
+}
+
 func b2f(b bool) float64 {
 	if b {
 		return 1
@@ -150,7 +161,11 @@ func histogram(d *prometheus.Desc, h tx.Histogram, labels ...string) prometheus.
 	// A snapshot may have read an observation's bucket and not yet its
 	// count: +Inf is never below a finite bucket.
 	count := max(h.Count, cum+h.Counts[len(h.Counts)-1])
-	return prometheus.MustNewConstHistogram(d, count, h.Sum.Seconds(), buckets, labels...)
+	m, err := prometheus.NewConstHistogram(d, count, h.Sum.Seconds(), buckets, labels...)
+	if err != nil {
+		return prometheus.NewInvalidMetric(d, err) // as constMetric
+	}
+	return m
 }
 
 // Registry returns a registry with the app's collector and the Go runtime

@@ -82,3 +82,19 @@ func TestHistogramCountCoversBuckets(t *testing.T) {
 		}
 	}
 }
+
+// A label value that is not UTF-8 (a queue or group name read from a
+// damaged store) fails the scrape with an error: MustNewConstMetric and
+// MustNewConstHistogram panicked in Collect, which ends the process.
+func TestLabelNotUTF8(t *testing.T) {
+	d := prometheus.NewDesc("x", "x", []string{"queue"}, nil)
+	for name, m := range map[string]func() prometheus.Metric{
+		"gauge":     func() prometheus.Metric { return constMetric(d, prometheus.GaugeValue, 1, "q\xff") },
+		"histogram": func() prometheus.Metric { return histogram(d, tx.Histogram{}, "q\xff") },
+	} {
+		var pm dto.Metric
+		if err := m().Write(&pm); err == nil {
+			t.Errorf("%s with label q\\xff written: %v", name, &pm)
+		}
+	}
+}
