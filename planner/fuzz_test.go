@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -14,7 +15,8 @@ import (
 //	go test ./planner -run '^$' -fuzz FuzzParse -fuzztime 1m
 func FuzzParse(f *testing.F) {
 	files, _ := filepath.Glob("testdata/*.yaml")
-	for _, file := range files {
+	examples, _ := filepath.Glob("../examples/*/*.yaml")
+	for _, file := range append(files, examples...) {
 		src, err := os.ReadFile(file)
 		if err != nil {
 			f.Fatal(err)
@@ -51,7 +53,10 @@ func checkErrorList(t *testing.T, err error) {
 		t.Fatalf("error %T %v is not a non-empty ErrorList", err, err)
 	}
 	for i, e := range list {
-		if e.File != "fuzz.yaml" || e.Msg == "" || e.Line < 0 || e.Col < 0 {
+		// Every error has file:line:col (specs/app-yaml.md), but a syntax
+		// error's column, which yaml.v3 does not give.
+		syntax := strings.HasPrefix(e.Msg, "invalid YAML: ")
+		if e.File != "fuzz.yaml" || e.Msg == "" || e.Line < 1 || e.Col < 1 && !(syntax && e.Col == 0) {
 			t.Fatalf("malformed error %#v", e)
 		}
 		if i > 0 && (list[i-1].Line > e.Line || list[i-1].Line == e.Line && list[i-1].Col > e.Col) {
