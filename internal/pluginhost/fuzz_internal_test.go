@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
@@ -100,5 +101,44 @@ func FuzzLogWriter(f *testing.F) {
 				t.Fatalf("kept line %q is not UTF-8", l)
 			}
 		}
+	})
+}
+
+// FuzzHandshakeError classifies any start failure go-plugin could report
+// with any stderr the plugin printed: a *HandshakeError or *StartError
+// naming the flowlet and plugin, never a panic. (go-plugin's messages
+// that make it wait a second for stderr are left to the seeds of
+// TestHandshake*, to keep this fast.)
+func FuzzHandshakeError(f *testing.F) {
+	for _, s := range []string{"incompatible API version with plugin. Plugin version: 9, Client versions: [1]",
+		"incompatible core API version with plugin", "timeout while waiting for plugin to start", "boom\nsecond line", ""} {
+		f.Add(s, "This binary is a plugin. These are not meant to be executed directly.\n")
+		f.Add(s, "some\nstderr\xff")
+	}
+	p := &Plugin{flowlet: "f", path: "./p", opts: Options{StartTimeout: time.Second}}
+	f.Fuzz(func(t *testing.T, msg, stderr string) {
+		if strings.Contains(msg, "Unrecognized remote plugin message") || strings.Contains(msg, "exited before we could connect") {
+			if !strings.Contains(stderr, "This binary is a plugin") {
+				return // would wait a second for stderr
+			}
+		}
+		lw := newLogWriter(slog.New(&recorder{}))
+		lw.Write([]byte(stderr))
+		err := p.handshakeError(errors.New(msg), lw)
+		var he *HandshakeError
+		var se *StartError
+		switch {
+		case errors.As(err, &he):
+			if he.Flowlet != "f" || he.Path != "./p" || he.Cause == "" {
+				t.Fatalf("%#v", he)
+			}
+		case errors.As(err, &se):
+			if se.Flowlet != "f" || se.Path != "./p" {
+				t.Fatalf("%#v", se)
+			}
+		default:
+			t.Fatalf("%T %v", err, err)
+		}
+		_ = err.Error()
 	})
 }
