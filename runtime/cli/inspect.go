@@ -214,7 +214,7 @@ func printable(b []byte) string {
 func (g *globals) stateCmd() *cobra.Command {
 	c := &cobra.Command{Use: "state", Short: "read a flowlet's state (the app must not be running)"}
 	var counters bool
-	var prefix string
+	var prefix, start string
 	var limit int
 	get := &cobra.Command{
 		Use:   "get APP FLOWLET [TABLE] [KEY]",
@@ -222,7 +222,7 @@ func (g *globals) stateCmd() *cobra.Command {
 		Args:  cobra.RangeArgs(2, 4),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 3 {
-				return g.stateScan(args[0], args[1], args[2], counters, "", limit)
+				return g.stateScan(args[0], args[1], args[2], counters, "", "", limit)
 			}
 			return g.stateGet(args, counters)
 		},
@@ -239,7 +239,7 @@ func (g *globals) stateCmd() *cobra.Command {
 			if len(args) == 3 {
 				table = args[2]
 			}
-			return g.stateScan(args[0], args[1], table, counters, prefix, limit)
+			return g.stateScan(args[0], args[1], table, counters, prefix, start, limit)
 		},
 	}
 	for _, sc := range []*cobra.Command{get, scan} {
@@ -247,6 +247,7 @@ func (g *globals) stateCmd() *cobra.Command {
 		g.addJSON(sc)
 	}
 	scan.Flags().StringVar(&prefix, "prefix", "", "only keys with this prefix")
+	scan.Flags().StringVar(&start, "start", "", "only keys from this one on (where a truncated scan stopped)")
 	scan.Flags().IntVarP(&limit, "limit", "n", 0, "at most this many keys per table (0 = all)")
 	c.AddCommand(get, scan)
 	return c
@@ -396,7 +397,7 @@ func (g *globals) stateGet(args []string, counters bool) error {
 	return nil
 }
 
-func (g *globals) stateScan(appArg, fl, table string, counters bool, prefix string, limit int) error {
+func (g *globals) stateScan(appArg, fl, table string, counters bool, prefix, start string, limit int) error {
 	ref, s, err := g.openApp(appArg)
 	if err != nil {
 		return err
@@ -420,9 +421,19 @@ func (g *globals) stateScan(appArg, fl, table string, counters bool, prefix stri
 	out := []runtime.StateTable{}
 	err = s.View(ref.name, fl, func(r runtime.StateReader) error {
 		for _, t := range tables {
-			tj, err := runtime.ScanStateTable(r, t, flowlet.ScanOptions{Prefix: []byte(prefix), Limit: limit})
+			opts := flowlet.ScanOptions{Prefix: []byte(prefix), Limit: limit}
+			if start != "" {
+				opts.Start = []byte(start)
+			}
+			// Each table as the HTTP API's state scan: the CLI builds it in
+			// its own memory.
+			tj, err := runtime.ScanStateTableBounded(r, t, opts, runtime.MaxListBytes)
 			if err != nil {
 				return err
+			}
+			if tj.Truncated {
+				fmt.Fprintf(g.stderr, "table %s: listing truncated at %d MiB: %d keys; the rest begins at key %s (--start)\n",
+					t.Name, runtime.MaxListBytes>>20, len(tj.Entries), printable(tj.Next.Raw()))
 			}
 			out = append(out, tj)
 		}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,8 +20,36 @@ func (testReject) Process(flowlet.Context, flowlet.Event) error {
 	return flowlet.Permanent(errors.New("rejected"))
 }
 
+// testKeep keeps each payload in the table "all", under its part before ':'.
+type testKeep struct{}
+
+func (testKeep) Process(ctx flowlet.Context, ev flowlet.Event) error {
+	k, _, _ := bytes.Cut(ev.Payload, []byte(":"))
+	return ctx.State("all").Put(k, ev.Payload)
+}
+
 func init() {
 	flowlet.Register("clitest_reject", func() flowlet.Flowlet { return testReject{} }, flowlet.TypeInfo{Sink: true, Doc: "test: rejects every event"})
+	flowlet.Register("clitest_keep", func() flowlet.Flowlet { return testKeep{} }, flowlet.TypeInfo{Sink: true, Doc: "test: keeps every payload"})
+}
+
+// bigEvents is an app of events events of size bytes each (about) from a
+// generator to the sink type sink, run to its end in data.
+func bigEvents(t *testing.T, events, size int, sink string) (app, data string) {
+	t.Helper()
+	dir := t.TempDir()
+	data = filepath.Join(dir, "data")
+	app = writeApp(t, dir, "app.yaml", fmt.Sprintf(`app: big
+flowlets:
+  gen: {type: generator, config: {count: %d, payload: "{seq}:%s"}}
+  sink: {type: %s}
+connections:
+  - {from: gen, to: sink}
+`, events, strings.Repeat("x", size), sink))
+	if code, out := runCLI(t, "run", "--drain", "--progress", "never", "--no-sync", "--http", "off", "--data", data, app); code != 0 {
+		t.Fatalf("run: exit %d\n%s", code, out)
+	}
+	return app, data
 }
 
 // TestOfflineListingsByteBound: queue tail -n 0 and dlq ls of a store
@@ -29,20 +58,9 @@ func init() {
 // as the HTTP API does; they built every entry in the CLI's memory.
 func TestOfflineListingsByteBound(t *testing.T) {
 	const events, size = 12, runtime.MaxListBytes / 10 // 12 events: 9.6 MiB
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	app := writeApp(t, dir, "app.yaml", fmt.Sprintf(`app: big
-flowlets:
-  gen: {type: generator, config: {count: %d, payload: "{seq}:%s"}}
-  rej: {type: clitest_reject}
-connections:
-  - {from: gen, to: rej}
-`, events, strings.Repeat("x", size)))
-	if code, out := runCLI(t, "run", "--drain", "--progress", "never", "--no-sync", "--http", "off", "--data", data, app); code != 0 {
-		t.Fatalf("run: exit %d\n%s", code, out)
-	}
+	app, data := bigEvents(t, events, size, "clitest_reject")
 	for _, args := range [][]string{
-		{"queue", "tail", "-n", "0", "--json", "--data", data, app, runtime.DLQName("rej")},
+		{"queue", "tail", "-n", "0", "--json", "--data", data, app, runtime.DLQName("sink")},
 		{"dlq", "ls", "--json", "--data", data, app},
 	} {
 		code, stdout, stderr := runCLI2(t, args...)
@@ -61,5 +79,36 @@ connections:
 			t.Errorf("%s of %d events of %d bytes: %d listed, %d bytes; stderr %q; want at most %d bytes and a note",
 				args[:2], events, size, len(list), held, stderr, runtime.MaxListBytes)
 		}
+	}
+}
+
+// TestOfflineStateScanByteBound: state scan of a table holding more than
+// runtime.MaxListBytes lists the keys that fit and says where the rest
+// begins (--start goes on from there), as the HTTP API does; it built the
+// whole table in the CLI's memory.
+func TestOfflineStateScanByteBound(t *testing.T) {
+	const events, size = 12, runtime.MaxListBytes / 10
+	app, data := bigEvents(t, events, size, "clitest_keep")
+	code, stdout, stderr := runCLI2(t, "state", "scan", "--json", "--data", data, app, "sink", "all")
+	var tables []runtime.StateTable
+	if code != 0 {
+		t.Fatalf("state scan: exit %d\n%s", code, stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), &tables); err != nil || len(tables) != 1 {
+		t.Fatalf("state scan: %v, %d tables", err, len(tables))
+	}
+	held := 0
+	for _, e := range tables[0].Entries {
+		held += len(e.Value.Raw())
+	}
+	st := tables[0]
+	if n := len(st.Entries); n == 0 || held > runtime.MaxListBytes || !st.Truncated || st.Next == nil || !strings.Contains(stderr, "truncated") {
+		t.Fatalf("state scan of %d values of %d bytes: %d listed, %d bytes, truncated %v; stderr %q", events, size, n, held, st.Truncated, stderr)
+	}
+	// The rest, from where the first part stopped.
+	code, stdout, stderr = runCLI2(t, "state", "scan", "--json", "--start", string(st.Next.Raw()), "--data", data, app, "sink", "all")
+	tables = nil
+	if err := json.Unmarshal([]byte(stdout), &tables); code != 0 || err != nil || len(tables) != 1 || len(st.Entries)+len(tables[0].Entries) != events || tables[0].Truncated {
+		t.Fatalf("state scan --start %q: exit %d, %v, %d tables, %d+%d entries, truncated %v\n%s", st.Next.Raw(), code, err, len(tables), len(st.Entries), len(tables[0].Entries), tables[0].Truncated, stderr)
 	}
 }
