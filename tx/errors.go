@@ -23,7 +23,7 @@ var (
 	ErrBadWrite = errors.New("tx: staged write refused")
 	// ErrInvalidTimeout: a timeout that is not positive or exceeds the maximum.
 	ErrInvalidTimeout = errors.New("tx: invalid timeout")
-	// ErrClosed: the coordinator was closed.
+	// ErrClosed: the coordinator (or a FileLog used directly) was closed.
 	ErrClosed = errors.New("tx: coordinator closed")
 	// ErrLogFailed: the edit log could not be written. The coordinator stops
 	// accepting work, because it can no longer promise durability.
@@ -32,8 +32,8 @@ var (
 	ErrCorrupt = errors.New("tx: corrupt state")
 	// ErrMisuse: a call the API does not allow — a Context started while
 	// its transaction is open or with a nil participant, staged writes for a
-	// log that cannot store them, Options out of bounds. Nothing was started
-	// or changed.
+	// log that cannot store them, Options out of bounds, a FileLog used
+	// before Recover or recovered twice. Nothing was started or changed.
 	ErrMisuse = errors.New("tx: misuse")
 )
 

@@ -108,8 +108,8 @@ func (l *FileLog) list(prefix, suffix string) ([]uint64, error) {
 func (l *FileLog) Recover() (*State, []Edit, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.recovered {
-		return nil, nil, errors.New("tx: file log: Recover called twice")
+	if l.recovered || l.closed {
+		return nil, nil, l.unusableLocked("Recover")
 	}
 	snaps, err := l.list("snap-", ".bin")
 	if err != nil {
@@ -210,6 +210,18 @@ func (l *FileLog) Recover() (*State, []Edit, error) {
 	return state, edits, nil
 }
 
+// unusableLocked is the refusal of a call before Recover, after Close, or
+// of a second Recover.
+func (l *FileLog) unusableLocked(call string) error {
+	switch {
+	case l.closed:
+		return fmt.Errorf("%w: file log: %s after Close", ErrClosed, call)
+	case l.recovered:
+		return fmt.Errorf("%w: file log: %s called twice", ErrMisuse, call)
+	}
+	return fmt.Errorf("%w: file log: %s before Recover", ErrMisuse, call)
+}
+
 func (l *FileLog) openSegment(seq uint64) error {
 	seg, err := createSegment(l.segPath(seq), l.segSize)
 	if err != nil {
@@ -253,7 +265,7 @@ func (l *FileLog) Append(b *Batch) error {
 		return l.err
 	}
 	if l.seg == nil {
-		return errors.New("tx: file log: not recovered or closed")
+		return l.unusableLocked("Append")
 	}
 	before := len(l.pending)
 	for i := range b.Edits {
@@ -403,6 +415,10 @@ func (l *FileLog) Snapshot(s *State) (func() error, error) {
 	if l.err != nil {
 		l.mu.Unlock()
 		return nil, l.err
+	}
+	if l.seg == nil {
+		l.mu.Unlock()
+		return nil, l.unusableLocked("Snapshot")
 	}
 	// Edits still pending are reflected in s; write them anyway so that the
 	// old segments alone stay a complete record if the snapshot never lands.

@@ -1,0 +1,82 @@
+package tx
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+)
+
+// A FileLog used out of order — Snapshot or Append before Recover, Recover
+// twice, Recover, Snapshot or Append after Close — is refused with a typed error
+// (ErrMisuse; ErrClosed once closed) and makes no file. Snapshot
+// dereferenced the missing segment and panicked with the log's lock held
+// (in non-sync mode having made a new segment first); Recover after Close
+// opened a segment that no Close would close; the other refusals wrapped no
+// sentinel.
+func TestFileLogMisuseRefused(t *testing.T) {
+	edit := []Edit{{Kind: EditAborted, TxID: 1}}
+	for _, sync := range []bool{false, true} {
+		open := func(recovered, closed bool) (*FileLog, string) {
+			dir := t.TempDir()
+			l, err := OpenFileLog(dir, FileLogOptions{Sync: sync})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if recovered {
+				if _, _, err := l.Recover(); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Append(&Batch{Edits: edit, Wait: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if closed {
+				if err := l.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return l, dir
+		}
+		for _, c := range []struct {
+			name              string
+			recovered, closed bool
+			call              func(*FileLog) error
+			want              error
+		}{
+			{"Snapshot before Recover", false, false, snapshotCall, ErrMisuse},
+			{"Append before Recover", false, false, func(l *FileLog) error { return l.Append(&Batch{Edits: edit, Wait: true}) }, ErrMisuse},
+			{"Recover twice", true, false, func(l *FileLog) error { _, _, err := l.Recover(); return err }, ErrMisuse},
+			{"Recover after Close", false, true, func(l *FileLog) error { _, _, err := l.Recover(); return err }, ErrClosed},
+			{"Snapshot after Close", true, true, snapshotCall, ErrClosed},
+			{"Append after Close", true, true, func(l *FileLog) error { return l.Append(&Batch{Edits: edit, Wait: true}) }, ErrClosed},
+			{"unwaited Append after Close", true, true, func(l *FileLog) error { return l.Append(&Batch{Edits: edit}) }, ErrClosed},
+			{"Close twice", true, true, (*FileLog).Close, nil},
+		} {
+			l, dir := open(c.recovered, c.closed)
+			before, _ := filepath.Glob(filepath.Join(dir, "*"))
+			err := func() (err error) {
+				defer func() {
+					if r := recover(); r != nil {
+						err = fmt.Errorf("panic: %v", r)
+					}
+				}()
+				return c.call(l)
+			}()
+			if !errors.Is(err, c.want) || (c.want != nil) != (err != nil) {
+				t.Errorf("sync=%v: %s = %v, want %v", sync, c.name, err, c.want)
+			}
+			if after, _ := filepath.Glob(filepath.Join(dir, "*")); len(after) != len(before) {
+				t.Errorf("sync=%v: %s made files: %v, was %v", sync, c.name, after, before)
+			}
+		}
+	}
+}
+
+func snapshotCall(l *FileLog) error {
+	write, err := l.Snapshot(&State{})
+	if err == nil {
+		err = write()
+	}
+	return err
+}
