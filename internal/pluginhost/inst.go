@@ -791,6 +791,10 @@ func (h *hostServer) CounterGet(_ context.Context, r *pb.CounterGetRequest) (*pb
 const (
 	defaultScanPage = 512
 	maxScanPage     = 8192
+	// maxScanPageBytes bounds a page's keys and values (past the first
+	// entry): well under plugin.MaxMessageSize, which a page of large
+	// values exceeded (the plugin could not scan the table at all).
+	maxScanPageBytes = 16 << 20
 )
 
 func (h *hostServer) Scan(_ context.Context, r *pb.ScanRequest) (*pb.ScanResponse, error) {
@@ -812,11 +816,20 @@ func (h *hostServer) Scan(_ context.Context, r *pb.ScanRequest) (*pb.ScanRespons
 		o.End = nonNil(r.End)
 	}
 	resp := &pb.ScanResponse{}
+	held := 0
+	// full reports whether the page is done before an entry of size bytes.
+	full := func(size int) bool {
+		held += size
+		if len(resp.Entries) == page || len(resp.Entries) > 0 && held > maxScanPageBytes {
+			resp.More = true
+			return true
+		}
+		return false
+	}
 	if r.Counters {
 		it := ctx.Counters(r.Name).Scan(o)
 		for it.Next() {
-			if len(resp.Entries) == page {
-				resp.More = true
+			if full(len(it.Key()) + 8) {
 				break
 			}
 			resp.Entries = append(resp.Entries, &pb.ScanEntry{Key: clone(it.Key()), Count: it.Count()})
@@ -825,8 +838,7 @@ func (h *hostServer) Scan(_ context.Context, r *pb.ScanRequest) (*pb.ScanRespons
 	} else {
 		it := ctx.State(r.Name).Scan(o)
 		for it.Next() {
-			if len(resp.Entries) == page {
-				resp.More = true
+			if full(len(it.Key()) + len(it.Value())) {
 				break
 			}
 			resp.Entries = append(resp.Entries, &pb.ScanEntry{Key: clone(it.Key()), Value: clone(it.Value())})

@@ -1,6 +1,7 @@
 package pluginhost
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -77,5 +78,47 @@ func TestEmitPriorityBeyondQueueRange(t *testing.T) {
 	ctx.Commit()
 	if got := ctx.Emitted(); len(got) != 1 || got[0].Priority != 255 {
 		t.Errorf("priority 255: emitted %+v", got)
+	}
+}
+
+// TestHostScanPageByteBound: a plugin's Scan page is bounded in bytes as
+// well as entries: a page of the default 512 entries of a table of large
+// values (512 of 1 MiB: past plugin.MaxMessageSize, 256 MiB) was built
+// whole in the host and could not be sent, so such a table could not be
+// scanned. The SDK goes on after a page's last key (More), so a shorter
+// page loses nothing.
+func TestHostScanPageByteBound(t *testing.T) {
+	const values, size = 48, 512 << 10 // 24 MiB
+	ctx := flowlettest.New("f")
+	for i := range values {
+		if err := ctx.State("t").Put(fmt.Appendf(nil, "k%03d", i), make([]byte, size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := &inst{name: "f"}
+	in.cb.ctx, in.cb.id = ctx, 7
+	h := &hostServer{in: in}
+	req := &pb.ScanRequest{CallId: 7, Name: "t", Limit: maxScanPage}
+	got := 0
+	for page := 0; ; page++ {
+		resp, err := h.Scan(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bytes := 0
+		for _, e := range resp.Entries {
+			bytes += len(e.Key) + len(e.Value)
+		}
+		if len(resp.Entries) == 0 || bytes > maxScanPageBytes+size {
+			t.Fatalf("page %d: %d entries, %d bytes; want some, at most %d", page, len(resp.Entries), bytes, maxScanPageBytes+size)
+		}
+		got += len(resp.Entries)
+		if !resp.More {
+			break
+		}
+		req.HasStart, req.Start = true, append(resp.Entries[len(resp.Entries)-1].Key, 0)
+	}
+	if got != values {
+		t.Fatalf("%d entries over the pages, want %d", got, values)
 	}
 }
