@@ -91,6 +91,11 @@ func (a *App) Ingest(ctx context.Context, flowletName, input string, events []In
 				// The source closed when it stopped (sourceStopped).
 				return 0, fmt.Errorf("%w: %q: %w", ErrSourceStopped, flowletName, err)
 			}
+			if flowlet.IsPermanent(err) {
+				// Given up as too large for one step (StepSplitter):
+				// the same events would fail the same way.
+				return 0, fmt.Errorf("%w: %w", ErrBadRequest, err)
+			}
 			return 0, err
 		}
 		return len(events), nil

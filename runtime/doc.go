@@ -71,7 +71,8 @@
 // Besides the flowlet interfaces, the runtime recognizes, structurally,
 // StepObserver (told of each commit and abort), Publisher (publishes
 // committed output after each step that consumed input), Waker, Poller,
-// Ingester (App.Ingest, the HTTP API's ingest) and BatchBorrower; a step's Context also implements
+// Ingester (App.Ingest, the HTTP API's ingest), StepSplitter (a source
+// step redone with less input) and BatchBorrower; a step's Context also implements
 // DeadLetterer and EventDeadLetterer. runtime/builtin uses them.
 //
 // # Operating a running app

@@ -63,6 +63,24 @@ type Poller interface {
 	Changed() bool
 }
 
+// StepSplitter is implemented by sources whose step takes its input in
+// units that a step can take fewer of (the HTTP source: whole requests).
+// When a Generate step's commit fails for its size (too large for one
+// atomic write) or its time (past step_timeout), the runtime calls, after
+// Aborted, SplitStep: a source whose step held more than one unit takes
+// about half as many in its next Generate (and goes back to full steps by
+// itself) and returns true; the step is redone at once, not counted as a
+// failure. A step of one unit returns false: that is a failed attempt of
+// the unit, retried with backoff (a too-large one is not: it would write
+// the same again), and after the retries the runtime calls DropStep with
+// the error (flowlet.IsPermanent for a too-large one) instead of stopping
+// the source: the source gives the unit up (the HTTP source answers its
+// request with the error) and goes on.
+type StepSplitter interface {
+	SplitStep() bool
+	DropStep(err error)
+}
+
 // route is one output of one instance: a producer on the output's queue.
 type route struct {
 	queue    string
@@ -761,7 +779,7 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 			}
 		}
 		if err != nil && errors.Is(err, tx.ErrNotInProgress) {
-			err = fmt.Errorf("the step's transaction ended before its commit: it ran longer than step_timeout (%v): %w", in.a.opts.StepTimeout, err)
+			err = in.timedOut(err)
 			if len(evs) > 1 {
 				// One slow event is not its batch's failure: redo with
 				// half the events, as for a step too large, down to the
@@ -802,6 +820,12 @@ func (in *instance) consumeStep(ctx context.Context) (int, error) {
 		}
 		return len(evs), nil
 	}
+}
+
+// timedOut says that a step's transaction (err: tx.ErrNotInProgress) ended
+// before its commit.
+func (in *instance) timedOut(err error) error {
+	return fmt.Errorf("the step's transaction ended before its commit: it ran longer than step_timeout (%v): %w", in.a.opts.StepTimeout, err)
 }
 
 // fail records a failed attempt of event id and returns its attempt count.
@@ -1156,6 +1180,7 @@ func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 			}
 			return res, nil
 		}
+		emitted := len(sc.emits)
 		conflict, err := in.finish(sc)
 		if conflict {
 			continue
@@ -1164,12 +1189,36 @@ func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 			if fatalErr(err) {
 				return srcMore, err
 			}
-			if isTooLarge(err) {
+			tooLarge, slow := isTooLarge(err), errors.Is(err, tx.ErrNotInProgress)
+			if tooLarge {
 				err = in.tooLarge(sc, 0, err)
+			} else if slow {
+				err = in.timedOut(err)
+			}
+			// A splitter's step that fails for its size or its time is
+			// not its input's failure as long as it can be split.
+			split, _ := in.src.(StepSplitter)
+			if split != nil && !tooLarge && !slow {
+				split = nil
+			}
+			if split != nil && split.SplitStep() {
+				in.logger.Warn("step redone with less input", "err", err, "events", emitted)
+				in.st.setErr(err)
+				continue
 			}
 			tries++
 			in.logFailure(err, 0)
 			in.st.failed.Add(1)
+			if split != nil && (tooLarge || tries > in.fl.Retry.Max) {
+				// One unit that fails alone: given up, the source goes on.
+				if tooLarge {
+					err = flowlet.Permanent(err)
+				}
+				in.logger.Warn("source gave up a step's input that fails alone", "err", err, "events", emitted, "attempts", tries)
+				split.DropStep(err)
+				tries = 0
+				continue
+			}
 			if tries > in.fl.Retry.Max {
 				return srcMore, err
 			}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,7 +37,9 @@ func init() {
 // events committed; 503 if the app or the source (after its retries) stops
 // first, 413 when the body or a line is too large; 503 with Retry-After at
 // once while the source is paused (the runtime's RefuseIngest). All events
-// of one request commit in one step.
+// of one request commit in one step. A step too large or too slow is redone
+// with half its requests (runtime.StepSplitter); a request whose step fails
+// alone is answered 503 (413 if too large) and the source goes on.
 type HTTPSource struct {
 	addr    string
 	path    string
@@ -55,6 +58,13 @@ type HTTPSource struct {
 	// stops), answers every ingest not in a step.
 	refuse error
 	ready  chan struct{}
+
+	// After a step too large or too slow (SplitStep): stepLimit is the
+	// most requests a step takes (0: no limit but maxStepEvents), limitOK
+	// the steps committed at that limit; aborted is the last aborted step's
+	// requests, in pending again.
+	stepLimit, limitOK int
+	aborted            []*ingest
 }
 
 type ingest struct {
@@ -64,6 +74,13 @@ type ingest struct {
 
 // maxEvent keeps an event with its envelope under the queues' 1 MiB limit.
 const maxEvent = 1 << 20
+
+// maxStepEvents bounds a step's events, but for its first request's.
+const maxStepEvents = 10000
+
+// limitRestoreAfter: a step limit (SplitStep) doubles after this many
+// commits, as a consumer's reduced batch size does in the runtime.
+const limitRestoreAfter = 8
 
 // CheckConfig implements flowlet.ConfigChecker.
 func (s *HTTPSource) CheckConfig(ic flowlet.InitContext) error { return s.configure(ic) }
@@ -191,7 +208,12 @@ func (s *HTTPSource) handle(w http.ResponseWriter, r *http.Request) {
 			if errors.As(err, &ra) {
 				w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ra.RetryAfter().Seconds()))))
 			}
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			code := http.StatusServiceUnavailable
+			var de *droppedError
+			if errors.As(err, &de) && flowlet.IsPermanent(err) {
+				code = http.StatusRequestEntityTooLarge // too large for one step: send fewer events
+			}
+			http.Error(w, err.Error(), code)
 			return
 		}
 	}
@@ -240,6 +262,13 @@ func (s *HTTPSource) Ingest(ctx context.Context, evs [][]byte) error {
 	}
 }
 
+// Waiting is the number of requests waiting for a step (not in one).
+func (s *HTTPSource) Waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending)
+}
+
 // Ready implements runtime.Waker.
 func (s *HTTPSource) Ready() <-chan struct{} { return s.ready }
 
@@ -247,7 +276,7 @@ func (s *HTTPSource) Generate(ctx flowlet.Context) error {
 	s.mu.Lock()
 	n := 0
 	i := 0
-	for ; i < len(s.pending) && (i == 0 || n+len(s.pending[i].events) <= 10000); i++ {
+	for ; i < len(s.pending) && (i == 0 || n+len(s.pending[i].events) <= maxStepEvents && (s.stepLimit == 0 || i < s.stepLimit)); i++ {
 		n += len(s.pending[i].events)
 	}
 	s.inflight = append(s.inflight[:0], s.pending[:i]...)
@@ -276,8 +305,57 @@ func (s *HTTPSource) Committed() {
 	for _, in := range s.inflight {
 		in.done <- nil
 	}
+	clear(s.aborted)
+	s.aborted = s.aborted[:0]
+	if len(s.inflight) > 0 && s.stepLimit > 0 {
+		if s.limitOK++; s.limitOK >= limitRestoreAfter {
+			s.stepLimit, s.limitOK = s.stepLimit*2, 0
+			if s.stepLimit > maxStepEvents { // every request has an event
+				s.stepLimit = 0
+			}
+		}
+	}
 	s.inflight = s.inflight[:0]
 }
+
+// SplitStep implements runtime.StepSplitter: the step just aborted was too
+// large or too slow; the next takes half its requests, if it had several.
+func (s *HTTPSource) SplitStep() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.aborted) < 2 {
+		return false
+	}
+	s.stepLimit, s.limitOK = len(s.aborted)/2, 0
+	return true
+}
+
+// DropStep implements runtime.StepSplitter: the request of the step just
+// aborted, too large or too slow on its own, is answered err (413 when it
+// is permanent: too large) instead of being taken again.
+func (s *HTTPSource) DropStep(err error) {
+	s.mu.Lock()
+	var drop *ingest
+	if len(s.aborted) == 1 {
+		if i := slices.Index(s.pending, s.aborted[0]); i >= 0 {
+			drop = s.pending[i]
+			s.pending = slices.Delete(s.pending, i, i+1)
+		}
+	}
+	s.mu.Unlock()
+	if drop != nil {
+		drop.done <- &droppedError{err}
+	}
+}
+
+// droppedError: a request the source gave up, its events not committed.
+type droppedError struct{ err error }
+
+func (e *droppedError) Error() string {
+	return "the request's events were not committed: its step fails alone (" + e.err.Error() + ")"
+}
+
+func (e *droppedError) Unwrap() error { return e.err }
 
 // Aborted implements runtime.StepObserver: the requests wait for the retry,
 // unless ingests are refused (RefuseIngest): then no step may come for
@@ -285,6 +363,7 @@ func (s *HTTPSource) Committed() {
 func (s *HTTPSource) Aborted() {
 	s.mu.Lock()
 	refuse := s.refuse
+	s.aborted = append(s.aborted[:0], s.inflight...)
 	if refuse == nil {
 		s.pending = append(append([]*ingest(nil), s.inflight...), s.pending...)
 	}

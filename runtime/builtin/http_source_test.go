@@ -3,6 +3,7 @@ package builtin
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/flowrun/flowrun/flowlet"
@@ -65,5 +66,68 @@ func TestHTTPSourceRefuseIngest(t *testing.T) {
 	s.Aborted()
 	if err := <-errc; err != refused {
 		t.Errorf("request of an aborted step while refused: %v, want the refusal", err)
+	}
+}
+
+// TestHTTPSourceSplitStep: after a step too large or too slow
+// (runtime.StepSplitter), the next steps take half its requests, and after
+// limitRestoreAfter commits twice as many again; a request that fails
+// alone is answered its error (droppedError, permanent if it was) and
+// taken no more.
+func TestHTTPSourceSplitStep(t *testing.T) {
+	s := &HTTPSource{}
+	if err := flowlettest.New("web").Init(s, map[string]any{"addr": "127.0.0.1:0"}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	add := func(n int) {
+		for range n {
+			s.pending = append(s.pending, &ingest{events: [][]byte{[]byte("e")}, done: make(chan error, 1)})
+		}
+	}
+	step := func() int {
+		t.Helper()
+		if err := s.Generate(flowlettest.New("web")); err != nil {
+			t.Fatal(err)
+		}
+		return len(s.inflight)
+	}
+	add(2)
+	if n := step(); n != 2 {
+		t.Fatalf("first step took %d requests, want 2", n)
+	}
+	s.Aborted()
+	if !s.SplitStep() {
+		t.Fatal("a step of 2 requests was not split")
+	}
+	add(18)
+	for i := range limitRestoreAfter {
+		if n := step(); n != 1 {
+			t.Fatalf("step %d after the split took %d requests, want 1", i, n)
+		}
+		s.Committed()
+	}
+	if n := step(); n != 2 {
+		t.Fatalf("after %d commits a step took %d requests, want 2 again", limitRestoreAfter, n)
+	}
+	s.Aborted()
+	s.SplitStep()
+	if n := step(); n != 1 {
+		t.Fatalf("after the second split a step took %d requests, want 1", n)
+	}
+	failing := s.inflight[0]
+	s.Aborted()
+	if s.SplitStep() {
+		t.Fatal("a step of one request was split")
+	}
+	waiting := s.Waiting()
+	tooLarge := errors.New("too large")
+	s.DropStep(flowlet.Permanent(tooLarge))
+	var de *droppedError
+	if err := <-failing.done; !errors.As(err, &de) || !errors.Is(err, tooLarge) || !flowlet.IsPermanent(err) {
+		t.Errorf("the dropped request was answered %v, want a permanent droppedError", err)
+	}
+	if w := s.Waiting(); w != waiting-1 || slices.Contains(s.pending, failing) {
+		t.Errorf("after the drop %d requests wait (%d before), the dropped one among them: %v", w, waiting, slices.Contains(s.pending, failing))
 	}
 }
