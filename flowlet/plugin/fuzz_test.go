@@ -5,7 +5,10 @@ import (
 	"math"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/flowrun/flowrun/flowlet"
+	pb "github.com/flowrun/flowrun/proto/flowletpb"
 )
 
 // FuzzDecodeConfig feeds DecodeConfig what a host could send as a config
@@ -67,4 +70,43 @@ func checkGetters(t *testing.T, c flowlet.Config, field string, v any) {
 	checkErr("Duration", err)
 	_, err = c.Strings(field, nil)
 	checkErr("Strings", err)
+}
+
+// FuzzUnpack unpacks any packed batch a host could send (its bytes): no
+// panic; a batch taken has an event per payload end, each within the
+// batch's buffers.
+func FuzzUnpack(f *testing.F) {
+	for _, p := range []*pb.PackedEvents{
+		{},
+		{Payloads: []byte("abc"), PayloadEnds: []uint32{1, 3}, Ids: []byte("i1i2"), IdEnds: []uint32{2, 4}, Inputs: []string{"a", "b"}, InputIndex: []uint32{0, 1},
+			EventTimes: []int64{0, 5}, TraceIds: []string{"", "t"}, Keys: []*pb.EventKeys{{Event: 1, Keys: []*pb.KeyValue{{Name: "k", Value: "v"}}}}},
+		{Payloads: []byte("a"), PayloadEnds: []uint32{2}, IdEnds: []uint32{0}, Inputs: []string{"a"}},
+		{Payloads: []byte("a"), PayloadEnds: []uint32{1}, IdEnds: []uint32{0}, Inputs: []string{"a"}, Keys: []*pb.EventKeys{{Event: 1 << 31}}},
+	} {
+		b, err := proto.Marshal(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var p pb.PackedEvents
+		if proto.Unmarshal(b, &p) != nil {
+			return
+		}
+		s := &server{}
+		if err := s.unpack(&p); err != nil {
+			return
+		}
+		if len(s.evs) != len(p.PayloadEnds) {
+			t.Fatalf("%d events of %d payload ends", len(s.evs), len(p.PayloadEnds))
+		}
+		total := 0
+		for _, e := range s.evs {
+			total += len(e.Payload)
+		}
+		if total > len(p.Payloads) {
+			t.Fatalf("%d payload bytes from a buffer of %d", total, len(p.Payloads))
+		}
+	})
 }
