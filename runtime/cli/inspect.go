@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"math"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -531,6 +532,11 @@ func (g *globals) queueCmd() *cobra.Command {
 				if q := ref.plan.Queue(args[1]); q != nil {
 					key = q.Key
 				}
+			}
+			if n > math.MaxInt/2 {
+				// Past any queue's count: every entry, as 0 (above it,
+				// TailBounded's 2n wraps negative: a panic).
+				n = 0
 			}
 			es, truncated, err := s.TailBounded(args[1], key, n, 0, runtime.MaxListBytes, sel)
 			if err != nil {

@@ -112,3 +112,13 @@ func TestOfflineStateScanByteBound(t *testing.T) {
 		t.Fatalf("state scan --start %q: exit %d, %v, %d tables, %d+%d entries, truncated %v\n%s", st.Next.Raw(), code, err, len(tables), len(st.Entries), len(tables[0].Entries), tables[0].Truncated, stderr)
 	}
 }
+
+// TestQueueTailHugeCount: -n past any count lists every entry, as -n 0:
+// above MaxInt/2 the tail's 2n wrapped negative and the CLI panicked.
+func TestQueueTailHugeCount(t *testing.T) {
+	app, data := bigEvents(t, 3, 1, "clitest_reject")
+	code, stdout, stderr := runCLI2(t, "queue", "tail", "-n", "5000000000000000000", "--data", data, app, runtime.DLQName("sink"))
+	if code != 0 || strings.Count(stdout, "\n") != 3 {
+		t.Fatalf("queue tail -n 5e18: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+}

@@ -311,6 +311,9 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
+	// A tail reads at most maxTailScan entries: a larger n is the same
+	// tail (and one above MaxInt/2 wrapped TailBounded's 2n: a panic).
+	n = min(n, maxTailScan)
 	key := ""
 	if q := s.a.Plan().Queue(qn); q != nil {
 		key = q.Key

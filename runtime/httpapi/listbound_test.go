@@ -51,4 +51,15 @@ func TestTailByteBound(t *testing.T) {
 	if last := es[len(es)-1].Payload.Raw(); last[0] != 'a'+byte(n-1) {
 		t.Errorf("the answer ends with %q…, not the newest entry", last[:1])
 	}
+	// An n past any count is every entry, as n=0: n above MaxInt/2 made
+	// the tail's 2n wrap negative and the handler panic (no answer).
+	resp, err = http.Get(ts.URL + "/api/v1/queues/web.out/tail?n=5000000000000000000")
+	if err != nil {
+		t.Fatalf("tail of n=5e18: %v", err)
+	}
+	defer resp.Body.Close()
+	var all []httpapi.EntryJSON
+	if err := json.NewDecoder(resp.Body).Decode(&all); err != nil || resp.StatusCode != 200 || len(all) != len(es) {
+		t.Errorf("tail of n=5e18: %d, %d entries, %v; want the %d of n=0", resp.StatusCode, len(all), err, len(es))
+	}
 }
