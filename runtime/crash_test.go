@@ -54,15 +54,17 @@ connections:
 `
 
 // crashInput is a file_source input that grows by a chunk of lines at a
-// time: "line-N", except every 499th line from 13, "BAD-N" (refused by the
-// parse flowlet: dead-lettered), and, with flaky, every 499th from 101,
+// time: "line-N", except every 499th line (badEvery) from 13, "BAD-N"
+// (refused by the parse flowlet: dead-lettered), and, with flaky, every 499th from 101,
 // "FLK-N" (fails a few attempts, then goes through).
 type crashInput struct {
 	path  string
 	flaky bool
-	lines int
-	want  map[string]bool // the lines the counters and the sink must hold once
-	bad   int             // BAD lines: one dead letter each
+	// badEvery: every badEvery-th line is BAD (0: 499).
+	badEvery int
+	lines    int
+	want     map[string]bool // the lines the counters and the sink must hold once
+	bad      int             // BAD lines: one dead letter each
 }
 
 func (c *crashInput) grow(t *testing.T, chunk int) {
@@ -70,11 +72,15 @@ func (c *crashInput) grow(t *testing.T, chunk int) {
 	if c.want == nil {
 		c.want = map[string]bool{}
 	}
+	badEvery := c.badEvery
+	if badEvery == 0 {
+		badEvery = 499
+	}
 	var in bytes.Buffer
 	for i := c.lines; i < c.lines+chunk; i++ {
 		l := fmt.Sprintf("line-%06d", i)
 		switch {
-		case i%499 == 13:
+		case i%badEvery == 13%badEvery:
 			l = fmt.Sprintf("BAD-%06d", i)
 			c.bad++
 		case c.flaky && i%499 == 101:
