@@ -93,7 +93,7 @@ func (l *BadgerLog) syncCounts() (syncs, gathers, joined uint64) {
 // NewBadgerLog returns a log in db. Pass it as Options.Log to Open.
 func NewBadgerLog(db *badger.DB, opts BadgerLogOptions) (*BadgerLog, error) {
 	if db == nil {
-		return nil, errors.New("tx: badger log: nil DB")
+		return nil, fmt.Errorf("%w: badger log: nil DB", ErrMisuse)
 	}
 	p := opts.Prefix
 	if len(p) == 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -213,6 +214,11 @@ func Open(opts Options) (*Coordinator, error) {
 	opts.withDefaults()
 	if opts.ReserveBlock > MaxReserveBlock {
 		return nil, fmt.Errorf("%w: Options.ReserveBlock %d is over the limit %d", ErrMisuse, opts.ReserveBlock, uint64(MaxReserveBlock))
+	}
+	// A nil *FileLog (an open whose error was dropped) is no nil Log, which
+	// keeps everything in memory: using it would panic.
+	if v := reflect.ValueOf(opts.Log); opts.Log != nil && v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("%w: Options.Log is a nil %T", ErrMisuse, opts.Log)
 	}
 	c := &Coordinator{
 		opts:        opts,

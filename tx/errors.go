@@ -32,8 +32,9 @@ var (
 	ErrCorrupt = errors.New("tx: corrupt state")
 	// ErrMisuse: a call the API does not allow — a Context started while
 	// its transaction is open or with a nil participant, staged writes for a
-	// log that cannot store them, Options out of bounds, a FileLog used
-	// before Recover or recovered twice. Nothing was started or changed.
+	// log that cannot store them, Options out of bounds or a nil log, a
+	// FileLog used before Recover or recovered twice. Nothing was started or
+	// changed.
 	ErrMisuse = errors.New("tx: misuse")
 )
 
