@@ -61,7 +61,8 @@ func appURL(dataDir string, pid int, ended <-chan struct{}) string {
 	}
 }
 
-// TestCrashScaleRetryDLQ kills the CLI at least 20 times while the test
+// TestCrashScaleRetryDLQ kills the CLI at least 20 times (and stops it
+// with one or two SIGTERMs some more times) while the test
 // rescales parse and count through the HTTP API, the reader waits for
 // back-pressure and events are retried on their way to the DLQ; then it
 // drains and checks every line counted once, in the sink file once, and
@@ -80,7 +81,7 @@ func TestCrashScaleRetryDLQ(t *testing.T) {
 	dataDir := filepath.Join(dir, ".flowrun", "crashscale")
 	rng := rand.New(rand.NewPCG(3, 4))
 	var scaled atomic.Int64
-	kills := 0
+	kills, stops := 0, 0
 	for attempt := 0; kills < 20; attempt++ {
 		if attempt > 200 {
 			t.Fatalf("only %d kills landed", kills)
@@ -120,9 +121,18 @@ func TestCrashScaleRetryDLQ(t *testing.T) {
 			t.Logf("run %d drained before its kill at %v, after %d kills: %d more lines", attempt, delay, kills, chunk)
 			in.grow(t, chunk)
 		case <-time.After(delay):
-			c.kill()
+			// One stop in three is by SIGTERM, or a second SIGTERM soon
+			// after (exit at once): stops at random points too.
+			if rng.IntN(3) == 0 {
+				if err := c.interrupt(time.Duration(rng.IntN(50)) * time.Millisecond); err != nil {
+					t.Fatalf("run %d: %v", attempt, err)
+				}
+				stops++
+			} else {
+				c.kill()
+				kills++
+			}
 			<-scalerDone
-			kills++
 		}
 	}
 	finalDrain(t, dir)
@@ -130,5 +140,5 @@ func TestCrashScaleRetryDLQ(t *testing.T) {
 	if scaled.Load() == 0 {
 		t.Error("no scale went through: the test did not rescale anything")
 	}
-	t.Logf("%d kills, %d scales; %d lines, %d dead letters", kills, scaled.Load(), in.lines, in.bad)
+	t.Logf("%d kills, %d SIGTERM stops, %d scales; %d lines, %d dead letters", kills, stops, scaled.Load(), in.lines, in.bad)
 }

@@ -127,6 +127,32 @@ func (c *crashChild) kill() {
 	<-c.exited
 }
 
+// interrupt stops the child with SIGTERM and, unless it exited within
+// second, a second SIGTERM (exit at once, 128+15: the steps in flight
+// abort as after kill -9). It returns an error for any other end.
+func (c *crashChild) interrupt(second time.Duration) error {
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(second):
+		c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.exited:
+		case <-time.After(time.Minute): // a hang detector
+			c.kill()
+			return fmt.Errorf("still running a minute after the second SIGTERM\n%s", c.stderr.String())
+		}
+	}
+	// Killed by the signal itself: it came before the CLI's handler (as kill
+	// -9 then).
+	var ee *exec.ExitError
+	if c.err != nil && (!errors.As(c.err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) &&
+		!(ee.ExitCode() == -1 && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGTERM)) {
+		return fmt.Errorf("stopped by SIGTERM: %v\n%s", c.err, c.stderr.String())
+	}
+	return nil
+}
+
 // crashRunArgs are the arguments of kill run number attempt: runs take
 // turns with the durable store, --no-sync, and the durable store with
 // --defer-commits (runtime/deferred.go).
