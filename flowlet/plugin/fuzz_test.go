@@ -110,3 +110,22 @@ func FuzzUnpack(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeConfigNumbers: a config number is decoded as the planner
+// makes it (specs/app-yaml.md): an integer beyond int64 is a float64 only
+// when a float64 holds it exactly, else an error, as is a number beyond
+// float64. 18446744073709551615 was rounded to 2^64 and 1e400 became +Inf.
+func TestDecodeConfigNumbers(t *testing.T) {
+	m, err := DecodeConfig(`{"a": 9223372036854775808, "b": -9223372036854775808, "c": 1.5, "d": [100000000000000000000], "e": 18446744073709551615.0}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["a"] != 0x1p63 || m["b"] != math.MinInt64 || m["c"] != 1.5 || m["d"].([]any)[0] != 1e20 || m["e"] != 0x1p64 {
+		t.Errorf("decoded %#v", m)
+	}
+	for _, js := range []string{`{"a": 18446744073709551615}`, `{"a": {"b": [-9223372036854775809]}}`, `{"a": 1e400}`, `{"a": -1E309}`} {
+		if m, err := DecodeConfig(js); err == nil {
+			t.Errorf("%s decoded as %#v, want an error", js, m)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -506,7 +507,9 @@ func wireError(err error) *pb.Error {
 
 // DecodeConfig decodes a flowlet config sent as a JSON object into the Go
 // values package flowlet's Config expects: whole numbers become int (or
-// float64 beyond int's range), other numbers float64.
+// float64 beyond int's range, when a float64 holds them exactly: else, as
+// for a number beyond float64, an error, as the planner makes it), other
+// numbers float64.
 func DecodeConfig(js string) (map[string]any, error) {
 	if strings.TrimSpace(js) == "" {
 		return map[string]any{}, nil
@@ -520,25 +523,41 @@ func DecodeConfig(js string) (map[string]any, error) {
 	if m == nil {
 		m = map[string]any{}
 	}
-	return fixNumbers(m).(map[string]any), nil
+	v, err := fixNumbers(m)
+	if err != nil {
+		return nil, err
+	}
+	return v.(map[string]any), nil
 }
 
-func fixNumbers(v any) any {
+func fixNumbers(v any) (any, error) {
+	var err error
 	switch v := v.(type) {
 	case json.Number:
-		if i, err := v.Int64(); err == nil && !strings.ContainsAny(string(v), ".eE") {
-			return int(i)
+		whole := !strings.ContainsAny(string(v), ".eE")
+		if i, err := v.Int64(); err == nil && whole {
+			return int(i), nil
 		}
-		f, _ := v.Float64()
-		return f
+		f, err := v.Float64()
+		if err != nil {
+			return nil, fmt.Errorf("number %s is beyond float64", v)
+		}
+		if i, ok := new(big.Int).SetString(string(v), 10); ok && whole && new(big.Float).SetInt(i).Cmp(big.NewFloat(f)) != 0 {
+			return nil, fmt.Errorf("integer %s is beyond int64 and a float64 cannot hold it exactly", v)
+		}
+		return f, nil
 	case map[string]any:
 		for k, e := range v {
-			v[k] = fixNumbers(e)
+			if v[k], err = fixNumbers(e); err != nil {
+				return nil, err
+			}
 		}
 	case []any:
 		for i, e := range v {
-			v[i] = fixNumbers(e)
+			if v[i], err = fixNumbers(e); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return v
+	return v, nil
 }
