@@ -94,7 +94,7 @@ func checkPlan(t *testing.T, plan *Plan) {
 	}
 	groups := 0
 	for _, q := range plan.Queues {
-		if len(q.Groups) == 0 || q.Name != QueueName(q.Producer, q.Output) {
+		if len(q.Groups) == 0 || q.Name != QueueName(q.Producer, q.Output) || q.Partitions < 0 || q.Partitions > MaxPartitions {
 			t.Fatalf("bad queue %+v", q)
 		}
 		groups += len(q.Groups)
