@@ -59,14 +59,7 @@ func TestCrashDLQReplay(t *testing.T) {
 				n = res.Replayed
 			}
 		}()
-		delay := time.Duration(50+rng.IntN(300)) * time.Millisecond
-		select {
-		case <-c.exited:
-			if c.err != nil {
-				t.Fatalf("run %d: %v\n%s", attempt, c.err, c.stderr.String())
-			}
-		case <-time.After(delay):
-			c.kill()
+		if c.stopAfter(t, attempt, time.Duration(50+rng.IntN(300))*time.Millisecond, nil) {
 			kills++
 		}
 		replayed += <-replayDone

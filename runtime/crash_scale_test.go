@@ -112,27 +112,28 @@ func TestCrashScaleRetryDLQ(t *testing.T) {
 			}
 		}()
 		delay := time.Duration(50+rng.IntN(400)) * time.Millisecond
-		select {
-		case <-c.exited:
-			<-scalerDone
-			if c.err != nil {
-				t.Fatalf("run %d: %v\n%s", attempt, c.err, c.stderr.String())
-			}
-			t.Logf("run %d drained before its kill at %v, after %d kills: %d more lines", attempt, delay, kills, chunk)
-			in.grow(t, chunk)
-		case <-time.After(delay):
-			// One stop in three is by SIGTERM, or a second SIGTERM soon
-			// after (exit at once): stops at random points too.
-			if rng.IntN(3) == 0 {
-				if err := c.interrupt(time.Duration(rng.IntN(50)) * time.Millisecond); err != nil {
-					t.Fatalf("run %d: %v", attempt, err)
-				}
-				stops++
-			} else {
+		// One stop in three is by SIGTERM, or a second SIGTERM soon after
+		// (exit at once): stops at random points too.
+		byTerm := rng.IntN(3) == 0
+		secondTerm := time.Duration(rng.IntN(50)) * time.Millisecond
+		stopped := c.stopAfter(t, attempt, delay, func() {
+			if !byTerm {
 				c.kill()
 				kills++
+				return
 			}
-			<-scalerDone
+			if err := c.interrupt(secondTerm); err != nil {
+				t.Errorf("run %d: %v", attempt, err)
+			}
+			stops++
+		})
+		<-scalerDone
+		if t.Failed() {
+			t.FailNow()
+		}
+		if !stopped {
+			t.Logf("run %d drained before its stop at %v, after %d kills: %d more lines", attempt, delay, kills, chunk)
+			in.grow(t, chunk)
 		}
 	}
 	finalDrain(t, dir)

@@ -127,6 +127,26 @@ func (c *crashChild) kill() {
 	<-c.exited
 }
 
+// stopAfter stops the child with stop (nil: kill) after delay unless it
+// ended first; a run that failed fails the test. It reports whether it
+// stopped the child.
+func (c *crashChild) stopAfter(t *testing.T, attempt int, delay time.Duration, stop func()) bool {
+	t.Helper()
+	select {
+	case <-c.exited:
+		if c.err != nil {
+			t.Fatalf("run %d: %v\n%s", attempt, c.err, c.stderr.String())
+		}
+		return false
+	case <-time.After(delay):
+		if stop == nil {
+			stop = c.kill
+		}
+		stop()
+		return true
+	}
+}
+
 // interrupt stops the child with SIGTERM and, unless it exited within
 // second, a second SIGTERM (exit at once, 128+15: the steps in flight
 // abort as after kill -9). It returns an error for any other end.
@@ -189,17 +209,12 @@ func TestCrashExactlyOnce(t *testing.T) {
 		}
 		c := startCrashChild(t, dir, crashRunArgs(attempt, "run", "app.yaml", "--drain", "--log-level", "warn")...)
 		delay := time.Duration(20+rng.IntN(300)) * time.Millisecond
-		select {
-		case <-c.exited:
-			if c.err != nil {
-				t.Fatalf("run %d: %v\n%s", attempt, c.err, c.stderr.String())
-			}
-			t.Logf("run %d drained before its kill at %v, after %d kills: %d more lines", attempt, delay, kills, chunk)
-			in.grow(t, chunk)
-		case <-time.After(delay):
-			c.kill()
+		if c.stopAfter(t, attempt, delay, nil) {
 			kills++
+			continue
 		}
+		t.Logf("run %d drained before its kill at %v, after %d kills: %d more lines", attempt, delay, kills, chunk)
+		in.grow(t, chunk)
 	}
 	finalDrain(t, dir)
 	checkCrashOutput(t, dir, "crash", in)
