@@ -35,7 +35,7 @@ func init() {
 
 // bigEvents is an app of events events of size bytes each (about) from a
 // generator to the sink type sink, run to its end in data.
-func bigEvents(t *testing.T, events, size int, sink string) (app, data string) {
+func bigEvents(t testing.TB, events, size int, sink string) (app, data string) {
 	t.Helper()
 	dir := t.TempDir()
 	data = filepath.Join(dir, "data")

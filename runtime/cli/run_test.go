@@ -55,7 +55,7 @@ func TestResolveRunSettings(t *testing.T) {
 }
 
 // runCLI runs the CLI in process with a fresh memory limit afterwards.
-func runCLI(t *testing.T, args ...string) (int, string) {
+func runCLI(t testing.TB, args ...string) (int, string) {
 	t.Helper()
 	prev := rtdebug.SetMemoryLimit(-1)
 	defer rtdebug.SetMemoryLimit(prev)

@@ -25,7 +25,7 @@ func init() {
 }
 
 // writeApp writes an app file into dir.
-func writeApp(t *testing.T, dir, name, src string) string {
+func writeApp(t testing.TB, dir, name, src string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
