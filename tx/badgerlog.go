@@ -490,6 +490,9 @@ func (l *BadgerLog) Snapshot(s *State) (func() error, error) {
 		}); err != nil {
 			return err
 		}
+		if err := l.syncSnapshot(); err != nil {
+			return err
+		}
 		// Drop covered entries; a crash midway leaves some, which Recover skips.
 		wb := l.db.NewWriteBatch()
 		defer wb.Cancel()
@@ -512,6 +515,30 @@ func (l *BadgerLog) Snapshot(s *State) (func() error, error) {
 		}
 		return wb.Flush()
 	}, nil
+}
+
+// syncSnapshot makes the snapshot just written durable (a syncing log)
+// before the synced entries it covers are deleted: written right after it,
+// a power loss before the next group sync could keep the deletions and lose
+// the snapshot (each memtable's write-ahead file replays on its own, and a
+// large value lives in the value log), and with it those entries' commits.
+// A failed sync fails the log, as a group sync's does.
+func (l *BadgerLog) syncSnapshot() error {
+	if l.syncer == nil {
+		return nil
+	}
+	err := l.hooks.gatedSync(l.syncer.sync)
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("tx: badger log sync: %w", err)
+	l.smu.Lock()
+	if l.syncErr == nil {
+		l.syncErr = err
+		l.syncFailed.Store(true)
+	}
+	l.smu.Unlock()
+	return err
 }
 
 // Close writes pending edits and syncs every commit written, deferred ones
