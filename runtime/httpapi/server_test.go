@@ -69,7 +69,7 @@ func startApp(t *testing.T, cfg httpapi.Config) (*runtime.App, *httptest.Server)
 
 // openApp writes yaml, with "{dir}" standing for a new temporary directory,
 // to an app file there and opens the app, closed when the test ends.
-func openApp(t *testing.T, yaml string) (a *runtime.App, dir string) {
+func openApp(t testing.TB, yaml string) (a *runtime.App, dir string) {
 	t.Helper()
 	dir = t.TempDir()
 	path := filepath.Join(dir, "app.yaml")
@@ -90,7 +90,7 @@ func openApp(t *testing.T, yaml string) (a *runtime.App, dir string) {
 
 // runApp runs a until the test ends: the run stops before cleanups
 // registered earlier (openApp's Close) and after those registered later.
-func runApp(t *testing.T, a *runtime.App) {
+func runApp(t testing.TB, a *runtime.App) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
