@@ -54,11 +54,15 @@ func TestBadInputs(t *testing.T) {
 		{"POST", "/api/v1/dlq/gen/replay", ``, 400},
 		{"POST", "/api/v1/ingest/nope", "a\n", 404},
 		{"POST", "/api/v1/ingest/gen", "a\n", 400},
-		{"POST", "/api/v1/ingest/cnt", `{"events": [{"payload": "a"}]}`, 400},             // gen.out is keyed by k: an event without it
-		{"POST", "/api/v1/ingest/cnt?input=nope", "a\n", 400},                             // two inputs: name one
-		{"POST", "/api/v1/ingest/cnt?input=web.out", big + "\n", 400},                     // over MaxPayload
-		{"POST", "/api/v1/ingest/web", big, 400},                                          // the same through the http source
-		{"POST", "/api/v1/ingest/cnt?input=web.out", strings.Repeat("y", 17<<20), 413},    // over the body bound
+		{"POST", "/api/v1/ingest/cnt", `{"events": [{"payload": "a"}]}`, 400},          // gen.out is keyed by k: an event without it
+		{"POST", "/api/v1/ingest/cnt?input=nope", "a\n", 400},                          // two inputs: name one
+		{"POST", "/api/v1/ingest/cnt?input=web.out", big + "\n", 400},                  // over MaxPayload
+		{"POST", "/api/v1/ingest/web", big, 400},                                       // the same through the http source
+		{"POST", "/api/v1/ingest/cnt?input=web.out", strings.Repeat("y", 17<<20), 413}, // over the body bound
+		// Over the event bound: a 16 MiB body of 8M one-byte lines took
+		// about 1.6 GB in the app (100 times the body).
+		{"POST", "/api/v1/ingest/cnt?input=web.out", strings.Repeat("y\n", httpapi.MaxIngestEvents+1), 413},
+		{"POST", "/api/v1/ingest/cnt?input=web.out", `{"events": [` + strings.Repeat(`{"payload": "y"},`, httpapi.MaxIngestEvents) + `{"payload": "y"}]}`, 413},
 		{"POST", "/api/v1/ingest/cnt?input=web.out", `{"events": [{"payload": 1}]}`, 400}, // with the JSON content type (below)
 		{"POST", "/api/v1/ingest/cnt?input=web.out", `{"events": [{"payload": "a", "payload_base64": "YQ=="}]}`, 400},
 		{"POST", "/api/v1/ingest/cnt?input=web.out", `{"events": [{"payload_base64": "!!"}]}`, 400},

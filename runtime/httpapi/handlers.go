@@ -420,6 +420,14 @@ type IngestResponse struct {
 // maxIngestBody bounds an ingest request.
 const maxIngestBody = 16 << 20
 
+// MaxIngestEvents bounds the events of an ingest request: each costs the
+// app about 200 bytes more than its payload (envelope, queue entry, the
+// transaction's writes), so 16 MiB of one-byte lines took about 1.6 GB.
+const MaxIngestEvents = 100000
+
+// errTooManyEvents is an ingest body of more than MaxIngestEvents events.
+var errTooManyEvents = fmt.Errorf("more than %d events in one request: send them in several", MaxIngestEvents)
+
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 	fl := r.PathValue("flowlet")
 	if !s.knownFlowlet(w, fl) {
@@ -437,7 +445,11 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 	}
 	evs, err := ingestEvents(r.Header.Get("Content-Type"), r.URL.Query().Get("split"), body)
 	if err != nil {
-		writeErr(w, http.StatusBadRequest, err)
+		code := http.StatusBadRequest
+		if errors.Is(err, errTooManyEvents) {
+			code = http.StatusRequestEntityTooLarge
+		}
+		writeErr(w, code, err)
 		return
 	}
 	n, err := s.a.Ingest(r.Context(), fl, r.URL.Query().Get("input"), evs)
@@ -467,6 +479,9 @@ func ingestEvents(contentType, split string, body []byte) ([]runtime.IngestEvent
 		dec.DisallowUnknownFields()
 		if err := decodeOne(dec, &req); err != nil {
 			return nil, fmt.Errorf("body: %v", err)
+		}
+		if len(req.Events) > MaxIngestEvents {
+			return nil, errTooManyEvents
 		}
 		for i, e := range req.Events {
 			var ev runtime.IngestEvent
@@ -500,6 +515,9 @@ func ingestEvents(contentType, split string, body []byte) ([]runtime.IngestEvent
 		for l := range bytes.Lines(body) {
 			l = bytes.TrimSuffix(bytes.TrimSuffix(l, []byte("\n")), []byte("\r"))
 			if len(l) > 0 {
+				if len(evs) == MaxIngestEvents {
+					return nil, errTooManyEvents
+				}
 				evs = append(evs, runtime.IngestEvent{Payload: l})
 			}
 		}
