@@ -257,7 +257,7 @@ func (l *FileLog) inlineAppend() bool { return !l.sync }
 // everyone waiting behind it.
 func (l *FileLog) Append(b *Batch) error {
 	if len(b.Writes) > 0 {
-		return errors.New("tx: file log cannot store participant writes; use BadgerLog for the fast path")
+		return fmt.Errorf("%w: file log cannot store participant writes; use BadgerLog for the fast path", ErrMisuse)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -8,7 +8,8 @@ import (
 )
 
 // A FileLog used out of order — Snapshot or Append before Recover, Recover
-// twice, Recover, Snapshot or Append after Close — is refused with a typed error
+// twice, Recover, Snapshot or Append after Close — or handed staged writes,
+// which it cannot store, is refused with a typed error
 // (ErrMisuse; ErrClosed once closed) and makes no file. Snapshot
 // dereferenced the missing segment and panicked with the log's lock held
 // (in non-sync mode having made a new segment first); Recover after Close
@@ -51,6 +52,9 @@ func TestFileLogMisuseRefused(t *testing.T) {
 			{"Snapshot after Close", true, true, snapshotCall, ErrClosed},
 			{"Append after Close", true, true, func(l *FileLog) error { return l.Append(&Batch{Edits: edit, Wait: true}) }, ErrClosed},
 			{"unwaited Append after Close", true, true, func(l *FileLog) error { return l.Append(&Batch{Edits: edit}) }, ErrClosed},
+			{"Append with staged writes", true, false, func(l *FileLog) error {
+				return l.Append(&Batch{Edits: edit, Writes: []Write{{Key: []byte("k")}}, Wait: true})
+			}, ErrMisuse},
 			{"Close twice", true, true, (*FileLog).Close, nil},
 		} {
 			l, dir := open(c.recovered, c.closed)
