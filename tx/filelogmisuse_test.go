@@ -2,7 +2,6 @@ package tx
 
 import (
 	"errors"
-	"fmt"
 	"path/filepath"
 	"testing"
 )
@@ -59,14 +58,7 @@ func TestFileLogMisuseRefused(t *testing.T) {
 		} {
 			l, dir := open(c.recovered, c.closed)
 			before, _ := filepath.Glob(filepath.Join(dir, "*"))
-			err := func() (err error) {
-				defer func() {
-					if r := recover(); r != nil {
-						err = fmt.Errorf("panic: %v", r)
-					}
-				}()
-				return c.call(l)
-			}()
+			err := errOrPanic(func() error { return c.call(l) })
 			if !errors.Is(err, c.want) || (c.want != nil) != (err != nil) {
 				t.Errorf("sync=%v: %s = %v, want %v", sync, c.name, err, c.want)
 			}

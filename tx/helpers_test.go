@@ -3,6 +3,7 @@ package tx
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -216,4 +217,15 @@ func openSmallSegments(t *testing.T, dir string, sync bool) *Coordinator {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// errOrPanic runs f and returns its error, or a panic's value as one: a
+// refusal test then fails on a panic instead of dying with it.
+func errOrPanic(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return f()
 }

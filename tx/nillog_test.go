@@ -2,7 +2,6 @@ package tx
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 )
 
@@ -12,18 +11,13 @@ import (
 // refused with ErrMisuse too (a plain error before).
 func TestNilLogRefused(t *testing.T) {
 	for _, l := range []Log{(*FileLog)(nil), (*BadgerLog)(nil)} {
-		err := func() (err error) {
-			defer func() {
-				if r := recover(); r != nil {
-					err = fmt.Errorf("panic: %v", r)
-				}
-			}()
+		err := errOrPanic(func() error {
 			c, err := Open(Options{Log: l, ExpiryInterval: -1})
 			if err == nil {
 				c.Close()
 			}
 			return err
-		}()
+		})
 		if !errors.Is(err, ErrMisuse) {
 			t.Errorf("Open with a nil %T = %v, want ErrMisuse", l, err)
 		}
