@@ -3,8 +3,10 @@ package badgerq
 import (
 	"io/fs"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -68,7 +70,10 @@ func newEnvDurable(t *testing.T, fast, durable bool, mods ...func(*Options)) *qu
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Coordinator: coord, FastPath: fast, Sync: durable, EvictInterval: 20e6, ReclaimBytes: 4 << 20, GCInterval: 500e6}
+	// The clock runs with real time, plus what the test moved it by.
+	var moved atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(moved.Load())) }
+	opts := Options{Coordinator: coord, FastPath: fast, Sync: durable, EvictInterval: 20e6, ReclaimBytes: 4 << 20, GCInterval: 500e6, Now: now}
 	for _, m := range mods {
 		m(&opts)
 	}
@@ -81,7 +86,8 @@ func newEnvDurable(t *testing.T, fast, durable bool, mods ...func(*Options)) *qu
 		coord.Close()
 		db.Close()
 	})
-	return &queuetest.Env{Queues: queue.New(b), Coord: coord, DiskBytes: func() int64 { return dirBytes(dir) }}
+	return &queuetest.Env{Queues: queue.New(b), Coord: coord, DiskBytes: func() int64 { return dirBytes(dir) },
+		Advance: func(d time.Duration) { moved.Add(int64(d)) }}
 }
 
 func TestConformanceFastPath(t *testing.T) {
