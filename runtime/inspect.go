@@ -87,14 +87,31 @@ func ParsePointer(v string) (uint64, error) {
 	if v == "" {
 		return 0, nil
 	}
-	p := v
-	if i := strings.LastIndexByte(p, '/'); i >= 0 {
-		p = p[i+1:]
+	if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+		return n, nil
 	}
-	p, _, _ = strings.Cut(p, ".")
-	n, err := strconv.ParseUint(p, 10, 64)
+	bad := fmt.Errorf("want an entry id such as 3/0/1042.0.7 or a write pointer such as 1042, not %q", v)
+	// An entry id, every part a number in its range: a loose reading
+	// ("abc/5", "5.x") took typos for bounds.
+	parts := strings.Split(v, "/")
+	if len(parts) != 3 {
+		return 0, bad
+	}
+	rest := strings.Split(parts[2], ".")
+	if len(rest) != 3 {
+		return 0, bad
+	}
+	for _, f := range []struct {
+		s    string
+		bits int
+	}{{parts[0], 16}, {parts[1], 8}, {rest[1], 32}, {rest[2], 32}} {
+		if _, err := strconv.ParseUint(f.s, 10, f.bits); err != nil {
+			return 0, bad
+		}
+	}
+	n, err := strconv.ParseUint(rest[0], 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("want an entry id such as 3/0/1042.0.7 or a write pointer such as 1042, not %q", v)
+		return 0, bad
 	}
 	return n, nil
 }
@@ -106,6 +123,12 @@ func ParseInstant(v string, now time.Time) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		if t.IsZero() {
+			// The zero time means no bound: year 1 given as an --until
+			// listed everything instead of nothing. A nanosecond later
+			// selects the same entries (their times are milliseconds).
+			t = t.Add(time.Nanosecond)
+		}
 		return t, nil
 	}
 	if d, err := time.ParseDuration(v); err == nil && d >= 0 {

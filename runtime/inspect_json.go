@@ -262,7 +262,7 @@ func (s *Store) TailBounded(queueName, keyName string, n, maxScan, maxBytes int,
 		es = append(es, e)
 		seen++
 		held += entrySize(&e)
-		if n > 0 && len(es) >= 2*n {
+		if n > 0 && len(es)/2 >= n { // not 2*n: a huge n wraps negative
 			es = newestEntries(es, n)
 			held = 0
 			for i := range es {
