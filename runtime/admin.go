@@ -96,6 +96,10 @@ func (a *App) Ingest(ctx context.Context, flowletName, input string, events []In
 				// the same events would fail the same way.
 				return 0, fmt.Errorf("%w: %w", ErrBadRequest, err)
 			}
+			if ctx.Err() == nil && !errors.Is(err, ErrPaused) && !errors.Is(err, ErrNotRunning) {
+				// Given up as too slow (StepSplitter), the source running on.
+				return 0, fmt.Errorf("%w: %w", ErrNotCommitted, err)
+			}
 			return 0, err
 		}
 		return len(events), nil

@@ -30,6 +30,11 @@ var (
 	// its retries) while the rest of the app runs on. It is also an
 	// ErrNotRunning (errors.Is): the source does not run.
 	ErrSourceStopped error = sourceStoppedError{}
+	// ErrNotCommitted: an ingest whose events the source took but could
+	// not commit (its step failed alone, as too slow, after its retries)
+	// while the source runs on. Nothing of it was committed: sending it
+	// again is safe (HTTP: 503).
+	ErrNotCommitted = errors.New("events not committed")
 )
 
 // PausedError is the error an ingest into a paused source gets (errors.Is

@@ -350,7 +350,7 @@ func fail(w http.ResponseWriter, err error) {
 		code = http.StatusNotFound
 	case errors.Is(err, runtime.ErrNotScalable), errors.Is(err, runtime.ErrNotPaused), errors.Is(err, runtime.ErrScaleBusy):
 		code = http.StatusConflict
-	case errors.Is(err, runtime.ErrNotRunning):
+	case errors.Is(err, runtime.ErrNotRunning), errors.Is(err, runtime.ErrNotCommitted):
 		code = http.StatusServiceUnavailable
 	case errors.Is(err, runtime.ErrPaused):
 		// Back-pressure: an ingest into a paused source, to send again.
