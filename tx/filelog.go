@@ -223,7 +223,7 @@ func (l *FileLog) unusableLocked(call string) error {
 }
 
 func (l *FileLog) openSegment(seq uint64) error {
-	seg, err := createSegment(l.segPath(seq), l.segSize)
+	seg, err := createSegment(l.segPath(seq), l.segSize, l.sync)
 	if err != nil {
 		return fmt.Errorf("tx: file log: %w", err)
 	}
@@ -346,7 +346,10 @@ func (l *FileLog) writeFrameLocked(payload []byte) bool {
 			return false
 		}
 	}
-	l.seg.writeFrame(payload)
+	if err := l.seg.writeFrame(payload); err != nil {
+		l.err = fmt.Errorf("tx: file log: %w", err)
+		return false
+	}
 	if !l.sync {
 		l.seg.prefaultAhead()
 	}

@@ -1,10 +1,12 @@
 package tx
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +19,7 @@ import (
 // place a broken prefault shows: as page faults in writes.
 func TestSegmentPrefaultsAhead(t *testing.T) {
 	const size = 8 << 20
-	s, err := createSegment(filepath.Join(t.TempDir(), "wal-1.log"), size)
+	s, err := createSegment(filepath.Join(t.TempDir(), "wal-1.log"), size, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,5 +130,57 @@ func TestRecoverySyncsReplayedSegments(t *testing.T) {
 	}
 	if last := filepath.Base(segs[len(segs)-1]); slices.Contains(syncs.late, last) {
 		t.Fatalf("%s synced after recovery created the next segment", last)
+	}
+}
+
+// In Sync mode a goroutine writes zeros ahead of the writer. A writer that
+// reaches the region of a zeroing still running must wait for it: the zeros
+// landing after the frames would erase acknowledged commits.
+func TestZeroingNeverOverwritesFrames(t *testing.T) {
+	gate := make(chan struct{})
+	var jobs atomic.Int32
+	testHookZeroing = func(from, to int) {
+		if jobs.Add(1) == 1 {
+			<-gate // hold the first zeroing until the writer reaches it
+		}
+	}
+	waited := false
+	testHookZeroWait = func() {
+		if !waited {
+			waited = true
+			close(gate)
+		}
+	}
+	t.Cleanup(func() { testHookZeroing, testHookZeroWait = nil, nil })
+	path := filepath.Join(t.TempDir(), "wal-1.log")
+	const size = 1 << 20
+	s, err := createSegment(path, size, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written [][]byte
+	for i := 0; s.fits(frameSize(1000)); i++ {
+		payload := bytes.Repeat([]byte{byte(i%255 + 1)}, 1000)
+		if err := s.writeFrame(payload); err != nil {
+			t.Fatal(err)
+		}
+		written = append(written, payload)
+	}
+	if err := s.close(); err != nil {
+		t.Fatal(err)
+	}
+	if !waited || jobs.Load() == 0 {
+		t.Fatalf("zeroings %d, writer waited %v: nothing tested", jobs.Load(), waited)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range written {
+		payload, n, ok := nextFrame(b)
+		if !ok || !bytes.Equal(payload, want) {
+			t.Fatalf("frame %d of %d lost (ok %v)", i, len(written), ok)
+		}
+		b = b[n:]
 	}
 }
