@@ -87,6 +87,9 @@ func (s *segment) pwriteFrame(payload []byte) error {
 	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(payload, crcTable))
 	buf = append(buf, payload...)
 	s.frame = buf
+	if cap(buf) > 1<<20 {
+		s.frame = nil // a rare big group: not kept for the segment's life
+	}
 	if _, err := s.f.WriteAt(buf, int64(s.off)); err != nil {
 		return err
 	}
