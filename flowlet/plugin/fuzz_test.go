@@ -1,13 +1,16 @@
 package plugin
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
+	"reflect"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/planner"
 	pb "github.com/flowrun/flowrun/proto/flowletpb"
 )
 
@@ -127,5 +130,32 @@ func TestDecodeConfigNumbers(t *testing.T) {
 		if m, err := DecodeConfig(js); err == nil {
 			t.Errorf("%s decoded as %#v, want an error", js, m)
 		}
+	}
+}
+
+// TestDecodeConfigFromPlanner: a config the planner takes reaches a plugin
+// as the host sends it (pluginhost's configJSON: encoding/json, which
+// writes a float64 in its shortest form, 2^63 as 9223372036854776000) and
+// decodes to the planner's values. d5cbb74 refused such a float64 beyond
+// int64 as an inexact integer: 9223372036854775808, which
+// specs/app-yaml.md keeps as a float64, failed the plugin's Init.
+func TestDecodeConfigFromPlanner(t *testing.T) {
+	src := "app: x\nflowlets: {a: {type: t, config: {a: 9223372036854775808, b: 18446744073709551615.0, c: 1.2345678901234567e20, " +
+		"d: [-9223372036854775809.0, 1e20, 99999999999999999999.5], e: 0x8000000000000000, f: 1e21, g: -9223372036854775808}}}\n"
+	plan, err := planner.Parse("x.yaml", []byte(src), planner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := plan.Flowlets[0].Config
+	js, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeConfig(string(js))
+	if err != nil {
+		t.Fatalf("DecodeConfig(%s): %v", js, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("DecodeConfig(%s) = %#v, want the planner's %#v", js, got, want)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -542,7 +543,12 @@ func fixNumbers(v any) (any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("number %s is beyond float64", v)
 		}
-		if i, ok := new(big.Int).SetString(string(v), 10); ok && whole && new(big.Float).SetInt(i).Cmp(big.NewFloat(f)) != 0 {
+		// A whole number beyond int64 is a float64 the planner took: the
+		// host's encoding/json writes it in its shortest form (2^63 as
+		// 9223372036854776000), which is not its exact value; an integer
+		// that is neither would be rounded.
+		if i, ok := new(big.Int).SetString(string(v), 10); ok && whole && new(big.Float).SetInt(i).Cmp(big.NewFloat(f)) != 0 &&
+			strconv.FormatFloat(f, 'f', -1, 64) != string(v) {
 			return nil, fmt.Errorf("integer %s is beyond int64 and a float64 cannot hold it exactly", v)
 		}
 		return f, nil
