@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"math"
 	"os/signal"
@@ -215,7 +217,7 @@ func printable(b []byte) string {
 func (g *globals) stateCmd() *cobra.Command {
 	c := &cobra.Command{Use: "state", Short: "read a flowlet's state (the app must not be running)"}
 	var counters bool
-	var prefix, start string
+	var prefix, start, startB64 string
 	var limit int
 	get := &cobra.Command{
 		Use:   "get APP FLOWLET [TABLE] [KEY]",
@@ -223,7 +225,7 @@ func (g *globals) stateCmd() *cobra.Command {
 		Args:  cobra.RangeArgs(2, 4),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 3 {
-				return g.stateScan(args[0], args[1], args[2], counters, "", "", limit)
+				return g.stateScan(args[0], args[1], args[2], counters, "", nil, limit)
 			}
 			return g.stateGet(args, counters)
 		},
@@ -236,11 +238,15 @@ func (g *globals) stateCmd() *cobra.Command {
 			if err := checkCount(cmd, "limit", limit); err != nil {
 				return err
 			}
+			from, err := startKey(start, startB64)
+			if err != nil {
+				return err
+			}
 			table := ""
 			if len(args) == 3 {
 				table = args[2]
 			}
-			return g.stateScan(args[0], args[1], table, counters, prefix, start, limit)
+			return g.stateScan(args[0], args[1], table, counters, prefix, from, limit)
 		},
 	}
 	for _, sc := range []*cobra.Command{get, scan} {
@@ -249,6 +255,7 @@ func (g *globals) stateCmd() *cobra.Command {
 	}
 	scan.Flags().StringVar(&prefix, "prefix", "", "only keys with this prefix")
 	scan.Flags().StringVar(&start, "start", "", "only keys from this one on (where a truncated scan stopped)")
+	scan.Flags().StringVar(&startB64, "start-base64", "", "--start of a key given in base64 (one that does not print)")
 	scan.Flags().IntVarP(&limit, "limit", "n", 0, "at most this many keys per table (0 = all)")
 	c.AddCommand(get, scan)
 	return c
@@ -398,7 +405,35 @@ func (g *globals) stateGet(args []string, counters bool) error {
 	return nil
 }
 
-func (g *globals) stateScan(appArg, fl, table string, counters bool, prefix, start string, limit int) error {
+// startKey is state scan's --start or --start-base64 (nil: neither).
+func startKey(start, startB64 string) ([]byte, error) {
+	switch {
+	case start != "" && startB64 != "":
+		return nil, &exitError{ExitUsage, errors.New("give --start or --start-base64, not both")}
+	case startB64 != "":
+		b, err := base64.StdEncoding.DecodeString(startB64)
+		if err != nil {
+			return nil, &exitError{ExitUsage, fmt.Errorf("--start-base64: %v", err)}
+		}
+		return b, nil
+	case start != "":
+		return []byte(start), nil
+	}
+	return nil, nil
+}
+
+// resumeFlag is the flag that makes a state scan go on at key: --start,
+// or --start-base64 for a key that would print quoted (its escapes are
+// not its bytes), that no argument can hold (a NUL), or that a shell
+// would split or unquote.
+func resumeFlag(key []byte) string {
+	if s := printable(key); s != "" && s == string(key) && !strings.ContainsAny(s, " '\"\\$`") {
+		return "--start " + s
+	}
+	return "--start-base64 " + base64.StdEncoding.EncodeToString(key)
+}
+
+func (g *globals) stateScan(appArg, fl, table string, counters bool, prefix string, start []byte, limit int) error {
 	ref, s, err := g.openApp(appArg)
 	if err != nil {
 		return err
@@ -422,10 +457,7 @@ func (g *globals) stateScan(appArg, fl, table string, counters bool, prefix, sta
 	out := []runtime.StateTable{}
 	err = s.View(ref.name, fl, func(r runtime.StateReader) error {
 		for _, t := range tables {
-			opts := flowlet.ScanOptions{Prefix: []byte(prefix), Limit: limit}
-			if start != "" {
-				opts.Start = []byte(start)
-			}
+			opts := flowlet.ScanOptions{Prefix: []byte(prefix), Start: start, Limit: limit}
 			// Each table as the HTTP API's state scan: the CLI builds it in
 			// its own memory.
 			tj, err := runtime.ScanStateTableBounded(r, t, opts, runtime.MaxListBytes)
@@ -433,8 +465,8 @@ func (g *globals) stateScan(appArg, fl, table string, counters bool, prefix, sta
 				return err
 			}
 			if tj.Truncated {
-				fmt.Fprintf(g.stderr, "table %s: listing truncated at %d MiB: %d keys; the rest begins at key %s (--start)\n",
-					t.Name, runtime.MaxListBytes>>20, len(tj.Entries), printable(tj.Next.Raw()))
+				fmt.Fprintf(g.stderr, "table %s: listing truncated at %d MiB: %d keys; the rest begins at key %s: scan table %s again with %s\n",
+					t.Name, runtime.MaxListBytes>>20, len(tj.Entries), printable(tj.Next.Raw()), t.Name, resumeFlag(tj.Next.Raw()))
 			}
 			out = append(out, tj)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -20,17 +21,19 @@ func (testReject) Process(flowlet.Context, flowlet.Event) error {
 	return flowlet.Permanent(errors.New("rejected"))
 }
 
-// testKeep keeps each payload in the table "all", under its part before ':'.
-type testKeep struct{}
+// testKeep keeps each payload in the table "all", under prefix and its
+// part before ':'.
+type testKeep struct{ prefix string }
 
-func (testKeep) Process(ctx flowlet.Context, ev flowlet.Event) error {
+func (f testKeep) Process(ctx flowlet.Context, ev flowlet.Event) error {
 	k, _, _ := bytes.Cut(ev.Payload, []byte(":"))
-	return ctx.State("all").Put(k, ev.Payload)
+	return ctx.State("all").Put(append([]byte(f.prefix), k...), ev.Payload)
 }
 
 func init() {
 	flowlet.Register("clitest_reject", func() flowlet.Flowlet { return testReject{} }, flowlet.TypeInfo{Sink: true, Doc: "test: rejects every event"})
 	flowlet.Register("clitest_keep", func() flowlet.Flowlet { return testKeep{} }, flowlet.TypeInfo{Sink: true, Doc: "test: keeps every payload"})
+	flowlet.Register("clitest_keep_odd", func() flowlet.Flowlet { return testKeep{prefix: "\x00\t"} }, flowlet.TypeInfo{Sink: true, Doc: "test: keeps every payload under a key that does not print"})
 }
 
 // bigEvents is an app of events events of size bytes each (about) from a
@@ -110,6 +113,42 @@ func TestOfflineStateScanByteBound(t *testing.T) {
 	tables = nil
 	if err := json.Unmarshal([]byte(stdout), &tables); code != 0 || err != nil || len(tables) != 1 || len(st.Entries)+len(tables[0].Entries) != events || tables[0].Truncated {
 		t.Fatalf("state scan --start %q: exit %d, %v, %d tables, %d+%d entries, truncated %v\n%s", st.Next.Raw(), code, err, len(tables), len(st.Entries), len(tables[0].Entries), tables[0].Truncated, stderr)
+	}
+}
+
+// TestOfflineStateScanOddKeyResume: a truncated state scan whose next key
+// does not print (a NUL, a tab) says how to go on, and going on so lists
+// the rest, no key lost or repeated. The note printed the key quoted, to
+// be given to --start, which took the quotes and escapes as the key's
+// bytes (and no argument can hold a NUL): the rest was lost.
+func TestOfflineStateScanOddKeyResume(t *testing.T) {
+	const events, size = 12, runtime.MaxListBytes / 10
+	app, data := bigEvents(t, events, size, "clitest_keep_odd")
+	resume := regexp.MustCompile(`again with (--start(?:-base64)?) (\S+)\n`)
+	seen := map[string]int{}
+	args := []string{"state", "scan", "--json", "--data", data, app, "sink"} // every table: the note names it
+	for run := 0; ; run++ {
+		code, stdout, stderr := runCLI2(t, args...)
+		var tables []runtime.StateTable
+		if err := json.Unmarshal([]byte(stdout), &tables); code != 0 || err != nil || len(tables) != 1 {
+			t.Fatalf("%q: exit %d, %v, %d tables\n%s", args, code, err, len(tables), stderr)
+		}
+		for _, e := range tables[0].Entries {
+			seen[string(e.Key.Raw())]++
+		}
+		if !tables[0].Truncated {
+			break
+		}
+		m := resume.FindStringSubmatch(stderr)
+		if m == nil || run == events {
+			t.Fatalf("%q: truncated at %q; the note gives no way to go on: %q", args, tables[0].Next.Raw(), stderr)
+		}
+		args = []string{"state", "scan", "--json", m[1], m[2], "--data", data, app, "sink", "all"}
+	}
+	for i := range events {
+		if k := fmt.Sprintf("\x00\t%d", i); seen[k] != 1 {
+			t.Errorf("key %q listed %d times, want once (%d keys seen)", k, seen[k], len(seen))
+		}
 	}
 }
 

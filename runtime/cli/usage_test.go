@@ -41,6 +41,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"queue", "ls", "x", "--log-format", "xml"}, `--log-format must be text or json, not "xml"`},
 		// Found by FuzzArgs: a flag error without a known phrase exited 1.
 		{[]string{"queue", "ls", "x", "---"}, "bad flag syntax: ---"},
+		{[]string{"state", "scan", "x", "f", "t", "--start", "a", "--start-base64", "YQ=="}, "give --start or --start-base64, not both"},
+		{[]string{"state", "scan", "x", "f", "t", "--start-base64", "a b"}, "--start-base64: illegal base64"},
 	} {
 		code, out := runCLI(t, append(tc.args, "--data", data)...)
 		if code != ExitUsage || !strings.Contains(out, tc.want) {
