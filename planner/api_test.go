@@ -177,14 +177,16 @@ flowlets:
 // TestConfigIntegersBeyondInt64: an integer beyond int64 is a float64
 // (specs/app-yaml.md) only when a float64 holds it exactly; one it would
 // round (2^64-1 became 2^64) is an error at the value. Integers beyond
-// uint64 were rounded the same way.
+// uint64 were rounded the same way. One tagged !!float is a float, as
+// written: it planned before, and does.
 func TestConfigIntegersBeyondInt64(t *testing.T) {
-	src := "app: x\nflowlets: {a: {type: t, config: {a: 9223372036854775808, b: 100000000000000000000, c: -9223372036854775808, d: 0x8000000000000000, e: 18446744073709551615.0}}}\n"
+	src := "app: x\nflowlets: {a: {type: t, config: {a: 9223372036854775808, b: 100000000000000000000, c: -9223372036854775808, d: 0x8000000000000000, e: 18446744073709551615.0, " +
+		"f: !!float 123456789012345678901, g: !!float -9223372036854775809}}}\n"
 	plan, err := Parse("x.yaml", []byte(src), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]any{"a": 0x1p63, "b": 1e20, "c": math.MinInt64, "d": 0x1p63, "e": 0x1p64}
+	want := map[string]any{"a": 0x1p63, "b": 1e20, "c": math.MinInt64, "d": 0x1p63, "e": 0x1p64, "f": 123456789012345678901.0, "g": -0x1p63}
 	if got := plan.Flowlets[0].Config; !reflect.DeepEqual(got, want) {
 		t.Errorf("config = %#v, want %#v", got, want)
 	}

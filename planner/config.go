@@ -106,8 +106,9 @@ func (d *decoder) configValue(orig *yaml.Node, active map[*yaml.Node]bool, inAli
 				d.errs.add(d.pos(n), "config value %q is not a finite number, which JSON (the form plugins get a config in) cannot carry", n.Value)
 				return nil
 			}
-			if i, ok := new(big.Int).SetString(strings.ReplaceAll(n.Value, "_", ""), 10); ok {
-				// An integer written beyond uint64.
+			if i, ok := new(big.Int).SetString(strings.ReplaceAll(n.Value, "_", ""), 10); ok && n.Style&yaml.TaggedStyle == 0 {
+				// An integer written beyond uint64 (one tagged !!float is
+				// a float, as asked).
 				if new(big.Float).SetInt(i).Cmp(big.NewFloat(x)) != 0 {
 					d.inexactInteger(n, x)
 					return nil
