@@ -73,12 +73,22 @@ func FuzzQueryParams(f *testing.F) {
 
 // TestIngestJSONInvalidUTF8: a JSON ingest body that is not UTF-8 is
 // refused: encoding/json took "\xff" in a payload or key as U+FFFD, so the
-// event stored was not the bytes sent (binary goes as payload_base64).
+// event stored was not the bytes sent (binary goes as payload_base64). So
+// is an escaped UTF-16 surrogate without its pair ("\udcff", what Python's
+// json.dumps writes for a byte decoded with surrogateescape): it too was
+// taken as U+FFFD.
 func TestIngestJSONInvalidUTF8(t *testing.T) {
-	for _, body := range []string{"{\"events\": [{\"payload\": \"a\xffb\"}]}", "{\"events\": [{\"payload\": \"a\", \"keys\": {\"k\": \"\xc3\"}}]}"} {
+	for _, body := range []string{"{\"events\": [{\"payload\": \"a\xffb\"}]}", "{\"events\": [{\"payload\": \"a\", \"keys\": {\"k\": \"\xc3\"}}]}",
+		`{"events": [{"payload": "a\udcffb"}]}`, `{"events": [{"payload": "a", "keys": {"k": "\uD800"}}]}`, `{"events": [{"payload": "\ud800\u0041"}]}`,
+		`{"events": [{"payload": "\\\udfff"}]}`, `{"events": [{"payload": "\ud83d\ud83d\ude00"}]}`} {
 		evs, err := ingestEvents("application/json", "", []byte(body))
 		if err == nil || !strings.Contains(err.Error(), "payload_base64") {
 			t.Errorf("%q: events %+v, error %v; want an error pointing to payload_base64", body, evs, err)
 		}
+	}
+	// A pair is one character, an escaped backslash before "u" no escape.
+	evs, err := ingestEvents("application/json", "", []byte(`{"events": [{"payload": "\ud83d\ude00 \\ud800 \ufffd", "keys": {"\\udc00": "\u00e9"}}]}`))
+	if err != nil || len(evs) != 1 || string(evs[0].Payload) != "\U0001F600 \\ud800 \ufffd" || evs[0].Keys[0].Name != `\udc00` || evs[0].Keys[0].Value != "é" {
+		t.Errorf("valid escapes: %+v, %v", evs, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/flowrun/flowrun/flowlet"
@@ -480,6 +481,10 @@ func ingestEvents(contentType, split string, body []byte) ([]runtime.IngestEvent
 		if err := decodeOne(dec, &req); err != nil {
 			return nil, fmt.Errorf("body: %v", err)
 		}
+		if loneSurrogate(body) {
+			// encoding/json takes it as U+FFFD too.
+			return nil, errors.New(`body: a \u escape of a UTF-16 surrogate without its pair, which is no character: send binary payloads as payload_base64`)
+		}
 		if len(req.Events) > MaxIngestEvents {
 			return nil, errTooManyEvents
 		}
@@ -524,6 +529,42 @@ func ingestEvents(contentType, split string, body []byte) ([]runtime.IngestEvent
 	}
 	return evs, nil
 }
+
+// loneSurrogate reports whether the JSON text body (valid: a backslash is
+// in a string) has a \u escape of a UTF-16 surrogate that is not half of
+// a pair (a high one followed by an escaped low one).
+func loneSurrogate(body []byte) bool {
+	hex := func(i int) rune { // the \u escape at i, -1 if none
+		if i+6 > len(body) || body[i] != '\\' || body[i+1] != 'u' {
+			return -1
+		}
+		r, err := strconv.ParseUint(string(body[i+2:i+6]), 16, 16)
+		if err != nil {
+			return -1
+		}
+		return rune(r)
+	}
+	for i := 0; i < len(body); i++ {
+		if body[i] != '\\' {
+			continue
+		}
+		r := hex(i)
+		switch {
+		case r < 0:
+			i++ // \\, \", \n …: skip the escaped character
+		case utf16.IsSurrogate(r):
+			if r >= 0xdc00 || !isLow(hex(i+6)) {
+				return true
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return false
+}
+
+func isLow(r rune) bool { return r >= 0xdc00 && r <= 0xdfff }
 
 // decodeOne decodes the one JSON value of a body into v and refuses
 // anything after it: a second value used to be ignored (a second batch of
