@@ -422,13 +422,18 @@ func startKey(start, startB64 string) ([]byte, error) {
 	return nil, nil
 }
 
-// resumeFlag is the flag that makes a state scan go on at key: --start,
-// or --start-base64 for a key that would print quoted (its escapes are
-// not its bytes), that no argument can hold (a NUL), or that a shell
-// would split or unquote.
+// resumeFlag is the flag that makes a state scan go on at key: --start
+// for a key of letters, digits and -_.,:/=+@% (a shell passes it as
+// written), else --start-base64: a key that would print quoted (its
+// escapes are not its bytes), that no argument can hold (a NUL), or that a
+// shell would split, expand or run (a b, x*, a;b, $x).
 func resumeFlag(key []byte) string {
-	if s := printable(key); s != "" && s == string(key) && !strings.ContainsAny(s, " '\"\\$`") {
-		return "--start " + s
+	plain := utf8.Valid(key) && len(key) > 0
+	for _, r := range string(key) {
+		plain = plain && (unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("-_.,:/=+@%", r))
+	}
+	if plain {
+		return "--start " + string(key)
 	}
 	return "--start-base64 " + base64.StdEncoding.EncodeToString(key)
 }

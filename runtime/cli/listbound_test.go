@@ -161,3 +161,19 @@ func TestQueueTailHugeCount(t *testing.T) {
 		t.Fatalf("queue tail -n 5e18: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
 }
+
+// TestResumeFlag: the note's way on gives a key as --start only when a
+// shell passes it unchanged as written; any other goes as base64. Keys a
+// shell splits, globs or runs ("a;b", "x*", "a|b", "~u") were given as
+// --start.
+func TestResumeFlag(t *testing.T) {
+	for key, want := range map[string]string{
+		"7": "--start 7", "user:42/x-y_z.v,w=1+2@h%": "--start user:42/x-y_z.v,w=1+2@h%", "clé": "--start clé",
+		"a;b": "--start-base64 YTti", "x*": "--start-base64 eCo=", "a|b": "--start-base64 YXxi", "~u": "--start-base64 fnU=",
+		"a b": "--start-base64 YSBi", "\x00\t7": "--start-base64 AAk3", "$x": "--start-base64 JHg=", "-n": "--start -n",
+	} {
+		if got := resumeFlag([]byte(key)); got != want {
+			t.Errorf("resumeFlag(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
