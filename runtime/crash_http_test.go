@@ -108,8 +108,11 @@ connections:
 		if appURL(dataDir, c.cmd.Process.Pid, c.exited) == "" {
 			t.Fatalf("run %d ended: %v\n%s", kill, c.err, c.stderr.String())
 		}
-		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond) // the kill's moment: no ordering is assumed
-		c.kill()
+		// The kill's moment: no ordering is assumed. A run that ends before
+		// it (it has no --drain: an error) fails the test.
+		if !c.stopAfter(t, kill, time.Duration(rng.IntN(300))*time.Millisecond, nil) {
+			t.Fatalf("run %d ended before its kill\n%s", kill, c.stderr.String())
+		}
 	}
 	stopClients()
 
