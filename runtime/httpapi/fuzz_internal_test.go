@@ -2,8 +2,10 @@ package httpapi
 
 import (
 	"bytes"
+	"errors"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -90,5 +92,27 @@ func TestIngestJSONInvalidUTF8(t *testing.T) {
 	evs, err := ingestEvents("application/json", "", []byte(`{"events": [{"payload": "\ud83d\ude00 \\ud800 \ufffd", "keys": {"\\udc00": "\u00e9"}}]}`))
 	if err != nil || len(evs) != 1 || string(evs[0].Payload) != "\U0001F600 \\ud800 \ufffd" || evs[0].Keys[0].Name != `\udc00` || evs[0].Keys[0].Value != "é" {
 		t.Errorf("valid escapes: %+v, %v", evs, err)
+	}
+}
+
+// TestIngestJSONEventCountBeforeDecoding: a JSON body of more than
+// MaxIngestEvents events is refused as it is read, as a body of lines is:
+// the count was checked once every event was decoded, so a 16 MiB body of
+// {} (5.6M events) made the app allocate some 800 MB before its 413.
+func TestIngestJSONEventCountBeforeDecoding(t *testing.T) {
+	body := []byte(`{"events": [` + strings.Repeat(`{},`, maxIngestBody/3-8) + `{}]}`)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := ingestEvents("application/json", "", body)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, errTooManyEvents) {
+		t.Fatalf("%d events: %v, want errTooManyEvents", maxIngestBody/3-7, err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 8*maxIngestBody { // copies of the body
+		t.Errorf("refusing a body of %d bytes allocated %d MiB", len(body), got>>20)
+	}	// MaxIngestEvents are taken, as before.
+	body = []byte(`{"events": [` + strings.Repeat(`{"payload": "y"},`, MaxIngestEvents-1) + `{"payload": "y"}]}`)
+	if evs, err := ingestEvents("application/json", "", body); err != nil || len(evs) != MaxIngestEvents {
+		t.Errorf("%d events: %d taken, %v", MaxIngestEvents, len(evs), err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -475,18 +476,17 @@ func ingestEvents(contentType, split string, body []byte) ([]runtime.IngestEvent
 			// events stored would not be the bytes sent.
 			return nil, errors.New("body: not valid UTF-8, which JSON text is: send binary payloads as payload_base64")
 		}
-		var req IngestRequest
+		var req ingestRequest
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
-		if err := decodeOne(dec, &req); err != nil {
+		if err := decodeOne(dec, &req); errors.Is(err, errTooManyEvents) {
+			return nil, err
+		} else if err != nil {
 			return nil, fmt.Errorf("body: %v", err)
 		}
 		if loneSurrogate(body) {
 			// encoding/json takes it as U+FFFD too.
 			return nil, errors.New(`body: a \u escape of a UTF-16 surrogate without its pair, which is no character: send binary payloads as payload_base64`)
-		}
-		if len(req.Events) > MaxIngestEvents {
-			return nil, errTooManyEvents
 		}
 		for i, e := range req.Events {
 			var ev runtime.IngestEvent
@@ -528,6 +528,45 @@ func ingestEvents(contentType, split string, body []byte) ([]runtime.IngestEvent
 		}
 	}
 	return evs, nil
+}
+
+// ingestRequest is IngestRequest as read: its events counted as they are
+// decoded.
+type ingestRequest struct {
+	Events ingestList `json:"events"`
+}
+
+// ingestList is IngestRequest's events, decoded one by one: more than
+// MaxIngestEvents is errTooManyEvents at the one past it (decoded whole,
+// 16 MiB of {} made 5.6M events, some 800 MB, before the count).
+type ingestList []IngestEventJSON
+
+func (l *ingestList) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*l = nil
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+		kind := map[byte]string{'{': "object", '"': "string", 't': "bool", 'f': "bool"}[b[0]]
+		if kind == "" {
+			kind = "number"
+		}
+		return &json.UnmarshalTypeError{Value: kind, Type: reflect.TypeFor[[]IngestEventJSON]()} // the field is named by the caller
+	}
+	*l = (*l)[:0]
+	for dec.More() {
+		if len(*l) == MaxIngestEvents {
+			return errTooManyEvents
+		}
+		var e IngestEventJSON
+		if err := dec.Decode(&e); err != nil {
+			return err
+		}
+		*l = append(*l, e)
+	}
+	return nil
 }
 
 // loneSurrogate reports whether the JSON text body (valid: a backslash is
