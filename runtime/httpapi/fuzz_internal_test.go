@@ -110,7 +110,8 @@ func TestIngestJSONEventCountBeforeDecoding(t *testing.T) {
 	}
 	if got := after.TotalAlloc - before.TotalAlloc; got > 8*maxIngestBody { // copies of the body
 		t.Errorf("refusing a body of %d bytes allocated %d MiB", len(body), got>>20)
-	}	// MaxIngestEvents are taken, as before.
+	}
+	// MaxIngestEvents are taken, as before.
 	body = []byte(`{"events": [` + strings.Repeat(`{"payload": "y"},`, MaxIngestEvents-1) + `{"payload": "y"}]}`)
 	if evs, err := ingestEvents("application/json", "", body); err != nil || len(evs) != MaxIngestEvents {
 		t.Errorf("%d events: %d taken, %v", MaxIngestEvents, len(evs), err)
