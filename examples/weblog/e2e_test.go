@@ -1,10 +1,10 @@
 package weblog_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -122,7 +122,10 @@ func TestE2EKillRestart(t *testing.T) {
 		// parsers, so the lines done (what the kill timing adapts to) are
 		// most of the lines read.
 		cmd := exec.Command(flowrun, "run", "--drain", "--max-backlog", "8192", "--data", data, "--plugin-cache", pluginCache, app)
-		cmd.Env = append(os.Environ(), "WEBLOG_INPUT="+logFile, "WEBLOG_HOURS="+hours)
+		// Closed hours flush at every tick, 50 ms apart, so that kills
+		// land among the file sink's writes too.
+		cmd.Env = append(os.Environ(), "WEBLOG_INPUT="+logFile, "WEBLOG_HOURS="+hours,
+			"WEBLOG_TICK=50ms", "WEBLOG_GRACE=0s")
 		cmd.Stdout, cmd.Stderr = f, f
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -328,12 +331,13 @@ func TestE2EKillRestart(t *testing.T) {
 			dlqRes.Malformed, len(dlqRes.PageViews), parserDead)
 	}
 
-	checkHours(t, hours, &res, false)
+	if checkHours(t, hours, &res, false) == 0 {
+		t.Error("no hour was flushed while the app was killed and drained: the hours file went unchecked")
+	}
 
-	// Hours still within their grace when the app drained are flushed by
-	// the next run: then every hour but the latest has its final count as
-	// its last line.
-	time.Sleep(2500 * time.Millisecond)
+	// Hours closed but not yet flushed when the app drained (no tick came
+	// in between) are flushed by the next run, the grace being 0: then
+	// every hour but the latest has its final count as its last line.
 	cmd, f = start()
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("run after the drain: %v\n%s", err, tail())
@@ -436,9 +440,26 @@ func pluginPIDs(app int) []int {
 // well-formed lines counted by status plus dead letters.
 func progress(t *testing.T, export, app, data string) int64 {
 	t.Helper()
-	out, err := exec.Command(export, "-app", app, "-data", data).Output()
+	// Now and then the store of an app killed and waited for is still
+	// locked for a moment ("app is running (store locked)"): reported,
+	// not understood yet. This is only the kill timing's measurement, so
+	// it waits for the lock (logged), up to 10 s.
+	var out, stderr []byte
+	var err error
+	for start := time.Now(); ; {
+		out, err = exec.Command(export, "-app", app, "-data", data).Output()
+		stderr = nil
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		if err == nil || !bytes.Contains(stderr, []byte("store locked")) || time.Since(start) > 10*time.Second {
+			break
+		}
+		t.Logf("export: the killed app's store is still locked after %v; waiting", time.Since(start).Round(time.Millisecond))
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err != nil {
-		t.Fatalf("export: %v", err)
+		t.Fatalf("export: %v\n%s", err, stderr)
 	}
 	var r flowlets.Results
 	if err := json.Unmarshal(out, &r); err != nil {
@@ -545,55 +566,96 @@ func checkDeadLetters(t *testing.T, logFile, dlqFile string, want int64) {
 	}
 }
 
-// checkHours checks the file sink's flushed hours: JSON objects of hours
-// that exist, never more bytes or lines than the final counts. (The last
-// flush of an hour can be older than the final counts when a late line
-// reopened it and the app drained within the grace period.) With all, every
-// hour but the latest must have been flushed, its last line with the final
-// counts.
-func checkHours(t *testing.T, file string, final *flowlets.Results, all bool) {
+// checkHours checks the file sink's flushed hours (hoursProblems) and
+// returns how many hours were flushed.
+func checkHours(t *testing.T, file string, final *flowlets.Results, all bool) int {
 	t.Helper()
-	f, err := os.Open(file)
+	data, err := os.ReadFile(file)
 	if errors.Is(err, os.ErrNotExist) {
 		t.Logf("no hours file: no hour was closed")
-		return
+		return 0
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	problems, flushed, exact := hoursProblems(data, final, all)
+	t.Logf("hours file: %d of %d hours flushed, %d with their final counts", flushed, len(final.BytesPerHour), exact)
+	for _, p := range problems {
+		t.Error("hours file: " + p)
+	}
+	return flushed
+}
+
+// hoursProblems checks the lines of an hours file: JSON objects of hours
+// that exist, never more bytes or lines than the final counts, each flush
+// of an hour with more lines than the one before (app.yaml has one
+// bytes_per_hour instance). (The last flush of an hour can be older than
+// the final counts when a late line reopened it and the app drained before
+// the next tick.) With all, every hour but the latest must have been
+// flushed, its last line with the final counts. It returns what is wrong,
+// how many hours were flushed and how many of them have their final counts.
+func hoursProblems(data []byte, final *flowlets.Results, all bool) (problems []string, flushed, exact int) {
 	type totals struct{ bytes, lines int64 }
 	last := map[string]totals{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	for _, l := range splitLines(data) {
 		var h struct {
 			Hour  string `json:"hour"`
 			Bytes int64  `json:"bytes"`
 			Lines int64  `json:"lines"`
 		}
-		if err := json.Unmarshal(sc.Bytes(), &h); err != nil {
-			t.Errorf("hours file: %q: %v", sc.Text(), err)
+		if err := json.Unmarshal([]byte(l), &h); err != nil {
+			problems = append(problems, fmt.Sprintf("%q: %v", l, err))
 			continue
 		}
 		want, ok := final.BytesPerHour[h.Hour]
 		wantLines := final.LinesPerHour[h.Hour]
 		if !ok || h.Bytes > want || h.Lines <= 0 || h.Lines > wantLines {
-			t.Errorf("hours file: %s: %d bytes in %d lines; final %d in %d (exists %v)", h.Hour, h.Bytes, h.Lines, want, wantLines, ok)
+			problems = append(problems, fmt.Sprintf("%s: %d bytes in %d lines; final %d in %d (exists %v)", h.Hour, h.Bytes, h.Lines, want, wantLines, ok))
+		}
+		// One bytes_per_hour instance flushes an hour again only once a
+		// line reopened it: more lines, no fewer bytes. The same totals
+		// twice are one flush written twice.
+		if prev, seen := last[h.Hour]; seen && (h.Lines <= prev.lines || h.Bytes < prev.bytes) {
+			problems = append(problems, fmt.Sprintf("%s: %d bytes in %d lines after %d in %d: not a later flush", h.Hour, h.Bytes, h.Lines, prev.bytes, prev.lines))
 		}
 		last[h.Hour] = totals{h.Bytes, h.Lines}
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	exact := 0
 	for h, n := range last {
 		if final.BytesPerHour[h] == n.bytes && final.LinesPerHour[h] == n.lines {
 			exact++
 		}
 	}
 	hours := len(final.BytesPerHour)
-	t.Logf("hours file: %d of %d hours flushed, %d with their final counts", len(last), hours, exact)
 	if all && (exact != hours-1 || len(last) != hours-1) {
-		t.Errorf("hours file: %d of %d hours flushed, %d of them with the final counts; want all but the latest hour, final", len(last), hours, exact)
+		problems = append(problems, fmt.Sprintf("%d of %d hours flushed, %d of them with the final counts; want all but the latest hour, final", len(last), hours, exact))
+	}
+	return problems, len(last), exact
+}
+
+// TestHoursCheck: the hours-file check catches an hour written twice (a
+// flush the file sink repeated, or a tick that flushed an hour twice) and
+// an hour that went backwards, while a reopened hour flushed again is fine.
+func TestHoursCheck(t *testing.T) {
+	final := &flowlets.Results{
+		BytesPerHour: map[string]int64{"2026-11-21T13": 30, "2026-11-21T14": 0, "2026-11-21T15": 5},
+		LinesPerHour: map[string]int64{"2026-11-21T13": 3, "2026-11-21T14": 2, "2026-11-21T15": 1},
+	}
+	const h13a, h13, h14 = `{"hour":"2026-11-21T13","bytes":20,"lines":2}`, `{"hour":"2026-11-21T13","bytes":30,"lines":3}`, `{"hour":"2026-11-21T14","bytes":0,"lines":2}`
+	for _, c := range []struct {
+		name, file string
+		ok         bool
+	}{
+		{"final", h13 + "\n" + h14 + "\n", true},
+		{"reopened and flushed again", h13a + "\n" + h14 + "\n" + h13 + "\n", true},
+		{"hour written twice", h13 + "\n" + h14 + "\n" + h14 + "\n", false},
+		{"hour written twice, reopened after", h13a + "\n" + h13a + "\n" + h14 + "\n" + h13 + "\n", false},
+		{"hour went backwards", h13 + "\n" + h14 + "\n" + h13a + "\n", false},
+		{"hour missing", h13 + "\n", false},
+		{"more lines than final", `{"hour":"2026-11-21T14","bytes":0,"lines":3}` + "\n" + h13 + "\n", false},
+	} {
+		problems, _, _ := hoursProblems([]byte(c.file), final, true)
+		if ok := len(problems) == 0; ok != c.ok {
+			t.Errorf("%s: problems %q, want none: %v", c.name, problems, c.ok)
+		}
 	}
 }
