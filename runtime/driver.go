@@ -1216,8 +1216,9 @@ func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 				}
 				in.logger.Warn("source gave up a step's input that fails alone", "err", err, "events", emitted, "attempts", tries)
 				split.DropStep(err)
-				tries = 0
-				continue
+				// Its next step is a new one: it waits for a pause and
+				// back-pressure as any other does (runSource).
+				return srcMore, nil
 			}
 			if tries > in.fl.Retry.Max {
 				return srcMore, err

@@ -92,18 +92,7 @@ connections:
 `, Options{NoSync: true})
 	gateHeld, release := make(chan struct{}), make(chan struct{})
 	var steps [][]string
-	a.commitFault = func(sc *stepCtx) error {
-		if sc.in.fl.Name != "src" {
-			return nil
-		}
-		var evs []string
-		for _, e := range sc.emits {
-			_, p, err := decodeEnvelope(e.ev.Payload, nil)
-			if err != nil {
-				return err
-			}
-			evs = append(evs, string(p))
-		}
+	onSrcCommit(a, func(sc *stepCtx, evs []string) error {
 		steps = append(steps, evs)
 		switch {
 		case slices.Contains(evs, "gate"):
@@ -113,51 +102,21 @@ connections:
 			return fmt.Errorf("%w (test)", fault)
 		}
 		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang detector
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	for ok, _ := a.Ready(); !ok; ok, _ = a.Ready() {
-		if ctx.Err() != nil {
-			t.Fatal("the app did not start")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	src := a.byName["src"].insts[0].f.(*builtin.HTTPSource)
-	ingest := func(http bool, payloads ...string) <-chan ingestResult {
-		res := make(chan ingestResult, 1)
-		evs := make([]IngestEvent, len(payloads))
-		for i, p := range payloads {
-			evs[i].Payload = []byte(p)
-		}
-		go func() {
-			if !http {
-				_, err := a.Ingest(ctx, "src", "", evs)
-				res <- ingestResult{err: err}
-				return
-			}
-			resp, err := postText(ctx, "http://"+src.Addr()+"/", strings.Join(payloads, "\n"))
-			res <- ingestResult{err: err, status: resp.status, body: resp.body}
-		}()
-		return res
-	}
+	})
+	run := startHTTPRun(t, a)
+	defer run.cancel()
+	ctx, ingest := run.ctx, run.ingest
 	gate := ingest(false, "gate")
 	select { // the source's step holds "gate": the next requests wait together
 	case <-gateHeld:
 	case r := <-gate:
 		t.Fatalf("gate: %v", r.err)
-	case err := <-done:
+	case err := <-run.done:
 		t.Fatalf("run: %v", err)
 	}
 	others := []<-chan ingestResult{ingest(false, "a1", "a2"), ingest(false, "b1"), ingest(false, "c1", "c2", "c3")}
 	failing := ingest(viaHTTP, "x")
-	for src.Waiting() < len(others)+1 {
-		if ctx.Err() != nil {
-			t.Fatal("the requests did not reach the source")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	run.waitWaiting(t, len(others)+1)
 	close(release)
 	for i, r := range append(others, gate) {
 		if r := <-r; r.err != nil {
@@ -183,14 +142,157 @@ connections:
 	for n := sinkCount(); n < want && ctx.Err() == nil && !t.Failed(); n = sinkCount() {
 		time.Sleep(time.Millisecond)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v", err)
-	}
+	run.stop(t)
 	if n := sinkCount(); n != want {
 		t.Errorf("sink counted %d events, want %d", n, want)
 	}
 	return steps, x
+}
+
+// httpRun is a run of an app with an http_source "src".
+type httpRun struct {
+	a      *App
+	ctx    context.Context // the run's
+	cancel context.CancelFunc
+	done   chan error // Run's error
+	src    *builtin.HTTPSource
+}
+
+// startHTTPRun runs a (a minute at most: a hang detector) and returns once
+// it is ready.
+func startHTTPRun(t *testing.T, a *App) *httpRun {
+	t.Helper()
+	r := &httpRun{a: a, done: make(chan error, 1)}
+	r.ctx, r.cancel = context.WithTimeout(context.Background(), time.Minute)
+	go func() { r.done <- a.Run(r.ctx) }()
+	for ok, _ := a.Ready(); !ok; ok, _ = a.Ready() {
+		if r.ctx.Err() != nil {
+			t.Fatal("the app did not start")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r.src = a.byName["src"].insts[0].f.(*builtin.HTTPSource)
+	return r
+}
+
+// ingest sends payloads to src in one request: to its endpoint if http,
+// else through App.Ingest.
+func (r *httpRun) ingest(http bool, payloads ...string) <-chan ingestResult {
+	res := make(chan ingestResult, 1)
+	evs := make([]IngestEvent, len(payloads))
+	for i, p := range payloads {
+		evs[i].Payload = []byte(p)
+	}
+	go func() {
+		if !http {
+			_, err := r.a.Ingest(r.ctx, "src", "", evs)
+			res <- ingestResult{err: err}
+			return
+		}
+		resp, err := postText(r.ctx, "http://"+r.src.Addr()+"/", strings.Join(payloads, "\n"))
+		res <- ingestResult{err: err, status: resp.status, body: resp.body}
+	}()
+	return res
+}
+
+// waitWaiting waits until n requests wait for a step of src.
+func (r *httpRun) waitWaiting(t *testing.T, n int) {
+	t.Helper()
+	for r.src.Waiting() < n {
+		if r.ctx.Err() != nil {
+			t.Fatal("the requests did not reach the source")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stop ends the run; its error fails t.
+func (r *httpRun) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+// onSrcCommit makes the commits of source src's steps fail with what f
+// returns for the step and the payloads it emitted, in order.
+func onSrcCommit(a *App, f func(sc *stepCtx, evs []string) error) {
+	a.commitFault = func(sc *stepCtx) error {
+		if sc.in.fl.Name != "src" {
+			return nil
+		}
+		var evs []string
+		for _, e := range sc.emits {
+			_, p, err := decodeEnvelope(e.ev.Payload, nil)
+			if err != nil {
+				return err
+			}
+			evs = append(evs, string(p))
+		}
+		return f(sc, evs)
+	}
+}
+
+// TestHTTPSourceDropHeldByBacklog: once a request is given up (DropStep),
+// the source's next step waits for back-pressure (and a pause) as any step
+// does. It was taken at once, in the same sourceStep: while the output
+// queue held more than the source's max_backlog.
+func TestHTTPSourceDropHeldByBacklog(t *testing.T) {
+	a := openYAML(t, `
+app: dropbacklog
+flowlets:
+  src: {type: http_source, retries: {max: 0}, config: {addr: "127.0.0.1:0", max_backlog: 1}}
+  sink: {type: t_take}
+connections:
+  - {from: src, to: sink}
+`, Options{NoSync: true})
+	if err := a.Pause("sink"); err != nil { // the backlog stays until the resume
+		t.Fatal(err)
+	}
+	xHeld, release := make(chan struct{}), make(chan struct{})
+	var overBound [][]string // src steps taken while the backlog was over the bound
+	onSrcCommit(a, func(sc *stepCtx, evs []string) error {
+		if a.outBacklog(sc.in.fl) > sc.in.frt.maxBacklog {
+			overBound = append(overBound, evs)
+		}
+		if slices.Contains(evs, "x") {
+			close(xHeld)
+			<-release
+			return fmt.Errorf("%w (test)", tx.ErrNotInProgress)
+		}
+		return nil
+	})
+	run := startHTTPRun(t, a)
+	defer run.cancel()
+	ingest := func(payload string) <-chan ingestResult { return run.ingest(false, payload) }
+	x := ingest("x")
+	select {
+	case <-xHeld:
+	case r := <-x:
+		t.Fatalf("x: %v", r.err)
+	}
+	// While x's step commits, the queue fills past the bound (another
+	// producer: the API's ingest into it) and y comes.
+	if _, err := a.Ingest(run.ctx, "sink", "", []IngestEvent{{Payload: []byte("q1")}, {Payload: []byte("q2")}}); err != nil {
+		t.Fatal(err)
+	}
+	y := ingest("y")
+	run.waitWaiting(t, 1)
+	close(release)
+	if r := <-x; !errors.Is(r.err, ErrNotCommitted) {
+		t.Errorf("x: %v, want ErrNotCommitted", r.err)
+	}
+	if err := a.Resume("sink"); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-y; r.err != nil {
+		t.Errorf("y: %v", r.err)
+	}
+	run.stop(t)
+	if len(overBound) > 0 {
+		t.Errorf("source steps taken while its output queue held more than max_backlog: %q", overBound)
+	}
 }
 
 // postText posts body to url and returns the answer.
