@@ -14,7 +14,8 @@
 //   - http_source (addr, path, split, max_body_bytes): POST bodies to
 //     exactly path become events; the response comes after the commit. addr
 //     (default 127.0.0.1:8080) needs a host: every interface only when
-//     written out (0.0.0.0:8080), as the source takes no token.
+//     written out (0.0.0.0:8080), as the source takes no token. A request
+//     of more than MaxRequestEvents lines is refused whole (413).
 //   - file_sink (path, fsync): appends each event's payload and "\n" to a
 //     file, only after commit, idempotently after a crash.
 //   - stdout_sink: writes each event's payload and "\n" to standard output

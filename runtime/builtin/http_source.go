@@ -164,6 +164,12 @@ func cleanPath(p string) string {
 // Addr is the address the endpoint listens on.
 func (s *HTTPSource) Addr() string { return s.ln.Addr().String() }
 
+// MaxRequestEvents bounds the events (lines) of one request, as the HTTP
+// API's ingest is bounded (httpapi.MaxIngestEvents): each costs the source
+// memory before its step, and a large max_body_bytes of short lines made
+// millions of them, to be refused as too large for one step only after.
+const MaxRequestEvents = 100000
+
 func (s *HTTPSource) handle(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
@@ -186,11 +192,22 @@ func (s *HTTPSource) handle(w http.ResponseWriter, r *http.Request) {
 			evs = append(evs, body)
 		}
 	} else {
-		for _, l := range bytes.Split(body, []byte("\n")) {
-			l = bytes.TrimSuffix(l, []byte("\r"))
-			if len(l) > 0 {
-				evs = append(evs, l)
+		for rest := body; len(rest) > 0; {
+			l := rest
+			if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+				l, rest = rest[:i], rest[i+1:]
+			} else {
+				rest = nil
 			}
+			l = bytes.TrimSuffix(l, []byte("\r"))
+			if len(l) == 0 {
+				continue
+			}
+			if len(evs) == MaxRequestEvents {
+				http.Error(w, fmt.Sprintf("more than %d events in one request: send them in several", MaxRequestEvents), http.StatusRequestEntityTooLarge)
+				return
+			}
+			evs = append(evs, l)
 		}
 	}
 	for _, e := range evs {

@@ -1,8 +1,10 @@
 package builtin
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"net/http"
 	"slices"
 	"testing"
 
@@ -129,5 +131,53 @@ func TestHTTPSourceSplitStep(t *testing.T) {
 	}
 	if w := s.Waiting(); w != waiting-1 || slices.Contains(s.pending, failing) {
 		t.Errorf("after the drop %d requests wait (%d before), the dropped one among them: %v", w, waiting, slices.Contains(s.pending, failing))
+	}
+}
+
+// TestHTTPSourceRequestEventBound: a request of more than MaxRequestEvents
+// lines is refused whole (413) before anything is taken; one of exactly
+// that many is taken. There was no bound but max_body_bytes: 8 MiB of
+// one-byte lines made 4 M events, refused only when their step was too
+// large for one write.
+func TestHTTPSourceRequestEventBound(t *testing.T) {
+	s := &HTTPSource{}
+	if err := flowlettest.New("web").Init(s, map[string]any{"addr": "127.0.0.1:0"}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	post := func(lines int) (int, error) {
+		body := bytes.Repeat([]byte("x\r\n\n"), lines) // empty lines are not events
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.Addr()+"/", bytes.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	type answer struct {
+		status int
+		err    error
+	}
+	over := make(chan answer, 1)
+	go func() { code, err := post(MaxRequestEvents + 1); over <- answer{code, err} }()
+	select {
+	case a := <-over:
+		if a.err != nil || a.status != http.StatusRequestEntityTooLarge {
+			t.Fatalf("%d events: %d %v, want 413", MaxRequestEvents+1, a.status, a.err)
+		}
+	case <-s.Ready():
+		t.Fatalf("%d events taken (%d requests waiting for a step), want 413", MaxRequestEvents+1, s.Waiting())
+	}
+	go post(MaxRequestEvents) // answered when its step commits, or at Close
+	<-s.Ready()               // taken: waiting for a step
+	ctx := flowlettest.New("web")
+	if err := ctx.Generate(s); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(ctx.Emits("out")); got != MaxRequestEvents {
+		t.Fatalf("step emitted %d events, want %d", got, MaxRequestEvents)
 	}
 }
