@@ -40,15 +40,22 @@ func init() {
 // generator to the sink type sink, run to its end in data.
 func bigEvents(t testing.TB, events, size int, sink string) (app, data string) {
 	t.Helper()
-	dir := t.TempDir()
-	data = filepath.Join(dir, "data")
-	app = writeApp(t, dir, "app.yaml", fmt.Sprintf(`app: big
+	return drainedApp(t, fmt.Sprintf(`app: big
 flowlets:
   gen: {type: generator, config: {count: %d, payload: "{seq}:%s"}}
   sink: {type: %s}
 connections:
   - {from: gen, to: sink}
 `, events, strings.Repeat("x", size), sink))
+}
+
+// drainedApp writes the app file src and runs it to its end (--drain) in a
+// new data directory.
+func drainedApp(t testing.TB, src string) (app, data string) {
+	t.Helper()
+	dir := t.TempDir()
+	data = filepath.Join(dir, "data")
+	app = writeApp(t, dir, "app.yaml", src)
 	if code, out := runCLI(t, "run", "--drain", "--progress", "never", "--no-sync", "--http", "off", "--data", data, app); code != 0 {
 		t.Fatalf("run: exit %d\n%s", code, out)
 	}

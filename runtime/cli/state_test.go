@@ -40,18 +40,13 @@ func writeApp(t testing.TB, dir, name, src string) string {
 // of key-value data is an error (it read 0 for every key); dlq ls of an
 // unknown flowlet is an error too.
 func TestStateErrors(t *testing.T) {
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	app := writeApp(t, dir, "app.yaml", `app: counting
+	app, data := drainedApp(t, `app: counting
 flowlets:
   gen: {type: generator, config: {count: 3, payload: "p{seq}"}}
   cnt: {type: clitest_counts}
 connections:
   - {from: gen, to: cnt}
 `)
-	if code, out := runCLI(t, "run", "--drain", "--progress", "never", "--no-sync", "--http", "off", "--data", data, app); code != 0 {
-		t.Fatalf("run: exit %d\n%s", code, out)
-	}
 	code, out := runCLI(t, "state", "scan", "--data", data, app, "cnt", "counts")
 	if code != 0 || !strings.Contains(out, "p1\t1") {
 		t.Fatalf("state scan cnt counts: exit %d\n%s", code, out)
@@ -89,18 +84,13 @@ connections:
 // queue tail prints key names as it prints their values: printable (a key
 // name with an escape sequence went to the terminal raw).
 func TestQueueTailEscapesKeyNames(t *testing.T) {
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	app := writeApp(t, dir, "app.yaml", `app: esc
+	app, data := drainedApp(t, `app: esc
 flowlets:
   gen: {type: generator, config: {count: 1, payload: "p{seq}", keys: {"k\e[2J": "v"}}}
   cnt: {type: clitest_counts}
 connections:
   - {from: gen, to: cnt}
 `)
-	if code, out := runCLI(t, "run", "--drain", "--progress", "never", "--no-sync", "--http", "off", "--data", data, app); code != 0 {
-		t.Fatalf("run: exit %d\n%s", code, out)
-	}
 	code, stdout, stderr := runCLI2(t, "queue", "tail", "--data", data, app, "gen.out")
 	if code != 0 || strings.Contains(stdout, "\x1b") || !strings.Contains(stdout, `"k\x1b[2J"=v`) {
 		t.Fatalf("queue tail: exit %d\nstdout: %q\nstderr: %s", code, stdout, stderr)
@@ -110,18 +100,13 @@ connections:
 // state get prints a value as state scan does: printable (a valid UTF-8
 // value went to the terminal raw, escape sequences and all).
 func TestStateGetEscapes(t *testing.T) {
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	app := writeApp(t, dir, "app.yaml", `app: esc
+	app, data := drainedApp(t, `app: esc
 flowlets:
   gen: {type: generator, config: {count: 1, payload: "p\e]0;owned\a{seq}"}}
   cnt: {type: clitest_counts}
 connections:
   - {from: gen, to: cnt}
 `)
-	if code, out := runCLI(t, "run", "--drain", "--progress", "never", "--no-sync", "--http", "off", "--data", data, app); code != 0 {
-		t.Fatalf("run: exit %d\n%s", code, out)
-	}
 	for _, args := range [][]string{{"get", app, "cnt", "last", "k"}, {"scan", app, "cnt", "last"}} {
 		code, stdout, stderr := runCLI2(t, append([]string{"state", "--data", data}, args...)...)
 		if code != 0 || strings.ContainsAny(stdout, "\x1b\a") || !strings.Contains(stdout, `"p\x1b]0;owned\a0"`) {
