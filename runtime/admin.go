@@ -80,6 +80,12 @@ func (a *App) Ingest(ctx context.Context, flowletName, input string, events []In
 			raw[i] = e.Payload
 		}
 		if err := ing.Ingest(ctx, raw); err != nil {
+			var ou interface{ OutcomeUnknown() bool }
+			if errors.As(err, &ou) && ou.OutcomeUnknown() {
+				// Before the stop's cases: the app stops after such a
+				// failure, and "not running" would say not committed.
+				return 0, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+			}
 			if ctx.Err() == nil && !a.running.Load() {
 				if errors.Is(err, ErrNotRunning) {
 					return 0, err // refused as the stop began (errStopping): says so once

@@ -25,6 +25,14 @@ type StepObserver interface {
 	Aborted()
 }
 
+// OutcomeObserver is a StepObserver that must not take "not known" for
+// "not committed": a commit that failed with tx.ErrLogFailed may have
+// landed before the log failed (the app stops then). OutcomeUnknown runs
+// instead of Aborted for such a step.
+type OutcomeObserver interface {
+	OutcomeUnknown(err error)
+}
+
 // Publisher is implemented by sinks that publish committed output outside
 // the store (the file sink). Publish runs in a transaction of its own before
 // the instance's first step, after every commit of a step that consumed input,
@@ -644,7 +652,9 @@ func (in *instance) finish(sc *stepCtx) (retry bool, err error) {
 	}
 	if err != nil {
 		in.resetRoutes()
-		if in.obs != nil {
+		if ou, ok := in.obs.(OutcomeObserver); ok && errors.Is(err, tx.ErrLogFailed) {
+			ou.OutcomeUnknown(err)
+		} else if in.obs != nil {
 			in.obs.Aborted()
 		}
 		if errors.Is(err, tx.ErrConflict) {

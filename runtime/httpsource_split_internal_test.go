@@ -76,20 +76,22 @@ type ingestResult struct {
 	body   string // the endpoint's answer
 }
 
-// runFailingHTTPStep runs http_source → t_take and fails every source step
-// that holds event "x" with fault. While a step holds "gate", four requests
-// come, "x" one of them; then one more once they are answered. It checks
-// that every request but x's committed, each once, and returns the source
-// steps' events, as they came to their commit, and x's answer.
-func runFailingHTTPStep(t *testing.T, fault error, viaHTTP bool) ([][]string, ingestResult) {
-	a := openYAML(t, `
+const failHTTPApp = `
 app: failhttp
 flowlets:
   src: {type: http_source, retries: {max: 1, backoff: 1ms}, config: {addr: "127.0.0.1:0"}}
   sink: {type: t_take}
 connections:
   - {from: src, to: sink}
-`, Options{NoSync: true})
+`
+
+// runFailingHTTPStep runs http_source → t_take and fails every source step
+// that holds event "x" with fault. While a step holds "gate", four requests
+// come, "x" one of them; then one more once they are answered. It checks
+// that every request but x's committed, each once, and returns the source
+// steps' events, as they came to their commit, and x's answer.
+func runFailingHTTPStep(t *testing.T, fault error, viaHTTP bool) ([][]string, ingestResult) {
+	a := openYAML(t, failHTTPApp, Options{NoSync: true})
 	gateHeld, release := make(chan struct{}), make(chan struct{})
 	var steps [][]string
 	onSrcCommit(a, func(sc *stepCtx, evs []string) error {
@@ -309,4 +311,33 @@ func postText(ctx context.Context, url, body string) (ingestResult, error) {
 	var b strings.Builder
 	_, err = io.Copy(&b, resp.Body)
 	return ingestResult{status: resp.StatusCode, body: b.String()}, err
+}
+
+// A source step whose commit fails with the commit log (tx.ErrLogFailed)
+// may have committed: its requests are answered so — 500 on the source's
+// endpoint, ErrOutcomeUnknown through App.Ingest. They were answered as
+// aborted, and at the stop that followed "not committed, send them again"
+// (503, ErrNotRunning): a resend that may count them twice.
+func TestHTTPSourceLogFailureOutcomeUnknown(t *testing.T) {
+	for _, viaHTTP := range []bool{false, true} {
+		a := openYAML(t, failHTTPApp, Options{NoSync: true})
+		onSrcCommit(a, func(sc *stepCtx, evs []string) error {
+			if slices.Contains(evs, "x") {
+				return fmt.Errorf("%w (test)", tx.ErrLogFailed)
+			}
+			return nil
+		})
+		run := startHTTPRun(t, a)
+		r := <-run.ingest(viaHTTP, "x")
+		if err := <-run.done; !errors.Is(err, tx.ErrLogFailed) {
+			t.Errorf("viaHTTP=%v: run ended with %v, want the log failure", viaHTTP, err)
+		}
+		run.cancel()
+		switch {
+		case viaHTTP && (r.status != http.StatusInternalServerError || !strings.Contains(r.body, "may or may not")):
+			t.Errorf("endpoint: %d %s, want 500 saying the outcome is unknown", r.status, r.body)
+		case !viaHTTP && !errors.Is(r.err, ErrOutcomeUnknown):
+			t.Errorf("App.Ingest: %v, want ErrOutcomeUnknown", r.err)
+		}
+	}
 }

@@ -35,6 +35,11 @@ var (
 	// while the source runs on. Nothing of it was committed: sending it
 	// again is safe (HTTP: 503).
 	ErrNotCommitted = errors.New("events not committed")
+	// ErrOutcomeUnknown: an ingest whose step's commit failed with the
+	// commit log (tx.ErrLogFailed): its events may or may not have been
+	// committed, and the app stops. Sending them again may count them
+	// twice (HTTP: 500).
+	ErrOutcomeUnknown = errors.New("commit outcome unknown")
 )
 
 // PausedError is the error an ingest into a paused source gets (errors.Is

@@ -227,8 +227,12 @@ func (s *HTTPSource) handle(w http.ResponseWriter, r *http.Request) {
 			}
 			code := http.StatusServiceUnavailable
 			var de *droppedError
-			if errors.As(err, &de) && flowlet.IsPermanent(err) {
+			var ue *unknownOutcomeError
+			switch {
+			case errors.As(err, &de) && flowlet.IsPermanent(err):
 				code = http.StatusRequestEntityTooLarge // too large for one step: send fewer events
+			case errors.As(err, &ue):
+				code = http.StatusInternalServerError // not 503: that says not committed
 			}
 			http.Error(w, err.Error(), code)
 			return
@@ -364,6 +368,33 @@ func (s *HTTPSource) DropStep(err error) {
 		drop.done <- &droppedError{err}
 	}
 }
+
+// OutcomeUnknown implements runtime.OutcomeObserver: the commit of the
+// step's requests failed with the commit log, so they may or may not have
+// committed; they are answered so (a client told "not committed" would send
+// them again and might count them twice).
+func (s *HTTPSource) OutcomeUnknown(err error) {
+	s.mu.Lock()
+	s.aborted = s.aborted[:0]
+	s.mu.Unlock()
+	for _, in := range s.inflight {
+		in.done <- &unknownOutcomeError{err}
+	}
+	clear(s.inflight)
+	s.inflight = s.inflight[:0]
+}
+
+// unknownOutcomeError: a request whose step's commit failed with the log.
+type unknownOutcomeError struct{ err error }
+
+func (e *unknownOutcomeError) Error() string {
+	return "the commit log failed while these events committed: they may or may not have been committed; check before sending them again (" + e.err.Error() + ")"
+}
+
+func (e *unknownOutcomeError) Unwrap() error { return e.err }
+
+// OutcomeUnknown tells the runtime (App.Ingest) what this error is.
+func (e *unknownOutcomeError) OutcomeUnknown() bool { return true }
 
 // droppedError: a request the source gave up, its events not committed.
 type droppedError struct{ err error }
