@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"fmt"
+	"log/slog"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -177,6 +179,15 @@ func Registry(a *runtime.App, status func() runtime.Status) *prometheus.Registry
 }
 
 // Handler serves the registry in the Prometheus text (or negotiated) format.
+// A metric that cannot be written (a label that is not UTF-8, from a damaged
+// store's queue name) is left out and logged, and counted in
+// promhttp_metric_handler_errors_total: the scrape answered 500 for it, and
+// every other metric of the app went unseen with it.
 func Handler(r *prometheus.Registry) http.Handler {
-	return promhttp.HandlerFor(r, promhttp.HandlerOpts{Registry: r})
+	return promhttp.HandlerFor(r, promhttp.HandlerOpts{Registry: r, ErrorHandling: promhttp.ContinueOnError, ErrorLog: scrapeLog{}})
 }
+
+// scrapeLog logs a scrape's errors to the default slog logger.
+type scrapeLog struct{}
+
+func (scrapeLog) Println(v ...any) { slog.Warn("metrics: " + fmt.Sprint(v...)) }

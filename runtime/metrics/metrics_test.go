@@ -1,6 +1,9 @@
 package metrics
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,3 +101,32 @@ func TestLabelNotUTF8(t *testing.T) {
 		}
 	}
 }
+
+// One metric that cannot be written (a label that is not UTF-8) is left out
+// of the scrape; the others are served. The whole scrape answered 500.
+func TestScrapeServesAroundABadMetric(t *testing.T) {
+	r := prometheus.NewRegistry()
+	d := prometheus.NewDesc("flowrun_test_depth", "x", []string{"queue"}, nil)
+	r.MustRegister(collectFunc(func(ch chan<- prometheus.Metric) {
+		ch <- constMetric(d, prometheus.GaugeValue, 1, "good")
+		ch <- constMetric(d, prometheus.GaugeValue, 2, "q\xff")
+	}, d))
+	w := httptest.NewRecorder()
+	Handler(r).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `flowrun_test_depth{queue="good"} 1`) {
+		t.Fatalf("scrape: %d\n%s", w.Code, w.Body)
+	}
+}
+
+// collectFunc is a collector of one description whose metrics f sends.
+type collectFuncCollector struct {
+	f func(chan<- prometheus.Metric)
+	d *prometheus.Desc
+}
+
+func collectFunc(f func(chan<- prometheus.Metric), d *prometheus.Desc) prometheus.Collector {
+	return collectFuncCollector{f, d}
+}
+
+func (c collectFuncCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.d }
+func (c collectFuncCollector) Collect(ch chan<- prometheus.Metric) { c.f(ch) }
