@@ -111,6 +111,14 @@ func (l *FileLog) Recover() (*State, []Edit, error) {
 	if l.recovered || l.closed {
 		return nil, nil, l.unusableLocked("Recover")
 	}
+	// A snapshot's temporary file left by a crash (or a failed write) is
+	// never one (the rename makes it so) and no later snapshot reuses its
+	// name: without this each stayed on disk for good.
+	if stale, err := filepath.Glob(filepath.Join(l.dir, "snap-*.bin.tmp")); err == nil {
+		for _, p := range stale {
+			os.Remove(p)
+		}
+	}
 	snaps, err := l.list("snap-", ".bin")
 	if err != nil {
 		return nil, nil, err

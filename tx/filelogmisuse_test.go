@@ -2,6 +2,8 @@ package tx
 
 import (
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -75,4 +77,24 @@ func snapshotCall(l *FileLog) error {
 		err = write()
 	}
 	return err
+}
+
+// A snapshot's temporary file that a crash left (snap-*.bin.tmp) is removed
+// at recovery: no later snapshot reuses its name, so it stayed for good.
+func TestRecoveryRemovesStaleSnapshotTemp(t *testing.T) {
+	dir := t.TempDir()
+	c := openFileCoord(t, dir, Options{})
+	commitN(t, c, 3)
+	if err := c.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	crash(c)
+	stale := filepath.Join(dir, "snap-00000000000000ff.bin.tmp")
+	if err := os.WriteFile(stale, []byte("torn"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	openFileCoord(t, dir, Options{})
+	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("%s after recovery: %v", filepath.Base(stale), err)
+	}
 }
