@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"math"
 	"os/signal"
@@ -217,7 +216,7 @@ func printable(b []byte) string {
 func (g *globals) stateCmd() *cobra.Command {
 	c := &cobra.Command{Use: "state", Short: "read a flowlet's state (the app must not be running)"}
 	var counters bool
-	var prefix, start, startB64 string
+	var prefix, prefixB64, start, startB64 string
 	var limit int
 	get := &cobra.Command{
 		Use:   "get APP FLOWLET [TABLE] [KEY]",
@@ -238,7 +237,11 @@ func (g *globals) stateCmd() *cobra.Command {
 			if err := checkCount(cmd, "limit", limit); err != nil {
 				return err
 			}
-			from, err := startKey(start, startB64)
+			from, err := keyFlag("start", start, startB64)
+			if err != nil {
+				return err
+			}
+			pre, err := keyFlag("prefix", prefix, prefixB64)
 			if err != nil {
 				return err
 			}
@@ -246,7 +249,7 @@ func (g *globals) stateCmd() *cobra.Command {
 			if len(args) == 3 {
 				table = args[2]
 			}
-			return g.stateScan(args[0], args[1], table, counters, prefix, from, limit)
+			return g.stateScan(args[0], args[1], table, counters, string(pre), from, limit)
 		},
 	}
 	for _, sc := range []*cobra.Command{get, scan} {
@@ -254,6 +257,7 @@ func (g *globals) stateCmd() *cobra.Command {
 		g.addJSON(sc)
 	}
 	scan.Flags().StringVar(&prefix, "prefix", "", "only keys with this prefix")
+	scan.Flags().StringVar(&prefixB64, "prefix-base64", "", "--prefix given in base64 (one that does not print)")
 	scan.Flags().StringVar(&start, "start", "", "only keys from this one on (where a truncated scan stopped)")
 	scan.Flags().StringVar(&startB64, "start-base64", "", "--start of a key given in base64 (one that does not print)")
 	scan.Flags().IntVarP(&limit, "limit", "n", 0, "at most this many keys per table (0 = all)")
@@ -405,19 +409,20 @@ func (g *globals) stateGet(args []string, counters bool) error {
 	return nil
 }
 
-// startKey is state scan's --start or --start-base64 (nil: neither).
-func startKey(start, startB64 string) ([]byte, error) {
+// keyFlag is a key given as --NAME or, one that does not print, as
+// --NAME-base64 (nil: neither).
+func keyFlag(name, text, b64 string) ([]byte, error) {
 	switch {
-	case start != "" && startB64 != "":
-		return nil, &exitError{ExitUsage, errors.New("give --start or --start-base64, not both")}
-	case startB64 != "":
-		b, err := base64.StdEncoding.DecodeString(startB64)
+	case text != "" && b64 != "":
+		return nil, &exitError{ExitUsage, fmt.Errorf("give --%s or --%s-base64, not both", name, name)}
+	case b64 != "":
+		b, err := base64.StdEncoding.DecodeString(b64)
 		if err != nil {
-			return nil, &exitError{ExitUsage, fmt.Errorf("--start-base64: %v", err)}
+			return nil, &exitError{ExitUsage, fmt.Errorf("--%s-base64: %v", name, err)}
 		}
 		return b, nil
-	case start != "":
-		return []byte(start), nil
+	case text != "":
+		return []byte(text), nil
 	}
 	return nil, nil
 }

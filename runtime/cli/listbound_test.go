@@ -2,11 +2,13 @@ package cli
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -156,6 +158,25 @@ func TestOfflineStateScanOddKeyResume(t *testing.T) {
 		if k := fmt.Sprintf("\x00\t%d", i); seen[k] != 1 {
 			t.Errorf("key %q listed %d times, want once (%d keys seen)", k, seen[k], len(seen))
 		}
+	}
+}
+
+// TestStateScanPrefixBase64: a prefix that does not print is given in
+// base64, as a resume key is (--prefix had no such form: a NUL cannot be
+// an argument).
+func TestStateScanPrefixBase64(t *testing.T) {
+	app, data := bigEvents(t, 12, 1, "clitest_keep_odd")
+	code, stdout, stderr := runCLI2(t, "state", "scan", "--json", "--prefix-base64", base64.StdEncoding.EncodeToString([]byte("\x00\t1")), "--data", data, app, "sink")
+	var tables []runtime.StateTable
+	if err := json.Unmarshal([]byte(stdout), &tables); code != 0 || err != nil || len(tables) != 1 {
+		t.Fatalf("exit %d, %v\n%s", code, err, stderr)
+	}
+	var keys []string
+	for _, e := range tables[0].Entries {
+		keys = append(keys, string(e.Key.Raw()))
+	}
+	if want := []string{"\x00\t1", "\x00\t10", "\x00\t11"}; !slices.Equal(keys, want) {
+		t.Fatalf("keys %q, want %q", keys, want)
 	}
 }
 
