@@ -82,13 +82,7 @@ func snapshotCall(l *FileLog) error {
 // A snapshot's temporary file that a crash left (snap-*.bin.tmp) is removed
 // at recovery: no later snapshot reuses its name, so it stayed for good.
 func TestRecoveryRemovesStaleSnapshotTemp(t *testing.T) {
-	dir := t.TempDir()
-	c := openFileCoord(t, dir, Options{})
-	commitN(t, c, 3)
-	if err := c.Snapshot(); err != nil {
-		t.Fatal(err)
-	}
-	crash(c)
+	dir := snapshotThenCrash(t)
 	stale := filepath.Join(dir, "snap-00000000000000ff.bin.tmp")
 	if err := os.WriteFile(stale, []byte("torn"), 0o644); err != nil {
 		t.Fatal(err)

@@ -84,8 +84,10 @@ func TestDamagedSnapshotRefused(t *testing.T) {
 	}
 }
 
-// A snapshot that frames fine but does not decode is refused naming the file.
-func TestUndecodableSnapshotNamesFile(t *testing.T) {
+// snapshotThenCrash leaves a synced FileLog directory with three commits and
+// a snapshot of them, as a killed process leaves it.
+func snapshotThenCrash(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	c := openFileCoord(t, dir, Options{})
 	commitN(t, c, 3)
@@ -93,6 +95,12 @@ func TestUndecodableSnapshotNamesFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	crash(c)
+	return dir
+}
+
+// A snapshot that frames fine but does not decode is refused naming the file.
+func TestUndecodableSnapshotNamesFile(t *testing.T) {
+	dir := snapshotThenCrash(t)
 	snaps, _ := filepath.Glob(filepath.Join(dir, "snap-*.bin"))
 	if err := os.WriteFile(snaps[0], appendFrame(nil, []byte(stateMagic+"\xff")), 0o644); err != nil {
 		t.Fatal(err)
