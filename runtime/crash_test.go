@@ -201,7 +201,17 @@ func TestCrashExactlyOnce(t *testing.T) {
 	in := &crashInput{path: filepath.Join(dir, "input.txt")}
 	in.grow(t, chunk)
 	writeApp(t, dir, crashApp)
-	rng := rand.New(rand.NewPCG(1, 2))
+	kills := killRuns(t, dir, in, chunk, rand.New(rand.NewPCG(1, 2)))
+	finalDrain(t, dir)
+	checkCrashOutput(t, dir, "crash", in)
+	t.Logf("%d kills; %d lines, %d dead letters", kills, in.lines, in.bad)
+}
+
+// killRuns runs the app in dir and kills it at a random moment, 20 times
+// in all; a run that drains before its kill makes the input chunk lines
+// longer, so that no timing is assumed. It returns the kills.
+func killRuns(t *testing.T, dir string, in *crashInput, chunk int, rng *rand.Rand) int {
+	t.Helper()
 	kills := 0
 	for attempt := 0; kills < 20; attempt++ {
 		if attempt > 200 {
@@ -216,9 +226,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 		t.Logf("run %d drained before its kill at %v, after %d kills: %d more lines", attempt, delay, kills, chunk)
 		in.grow(t, chunk)
 	}
-	finalDrain(t, dir)
-	checkCrashOutput(t, dir, "crash", in)
-	t.Logf("%d kills; %d lines, %d dead letters", kills, in.lines, in.bad)
+	return kills
 }
 
 // finalDrain runs the app in dir to the end of its input.

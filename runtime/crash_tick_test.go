@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/runtime"
@@ -75,19 +74,7 @@ connections:
   - {from: reader, to: win, strategy: round_robin}
   - {from: win, to: sum}
 `)
-	rng := rand.New(rand.NewPCG(11, 12))
-	kills := 0
-	for attempt := 0; kills < 20; attempt++ {
-		if attempt > 200 {
-			t.Fatalf("only %d kills landed", kills)
-		}
-		c := startCrashChild(t, dir, crashRunArgs(attempt, "run", "app.yaml", "--drain", "--log-level", "warn")...)
-		if c.stopAfter(t, attempt, time.Duration(20+rng.IntN(300))*time.Millisecond, nil) {
-			kills++
-			continue
-		}
-		in.grow(t, chunk)
-	}
+	kills := killRuns(t, dir, in, chunk, rand.New(rand.NewPCG(11, 12)))
 	finalDrain(t, dir)
 	s, err := runtime.OpenStore(filepath.Join(dir, ".flowrun", "crashtick"))
 	if err != nil {
