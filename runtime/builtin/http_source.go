@@ -164,10 +164,11 @@ func cleanPath(p string) string {
 // Addr is the address the endpoint listens on.
 func (s *HTTPSource) Addr() string { return s.ln.Addr().String() }
 
-// MaxRequestEvents bounds the events (lines) of one request, as the HTTP
-// API's ingest is bounded (httpapi.MaxIngestEvents): each costs the source
-// memory before its step, and a large max_body_bytes of short lines made
-// millions of them, to be refused as too large for one step only after.
+// MaxRequestEvents bounds the events (lines) of one request, and of one
+// ingest through the HTTP API (httpapi.MaxIngestEvents is this): each costs
+// the source memory before its step, and a large max_body_bytes of short
+// lines made millions of them, to be refused as too large for one step only
+// after.
 const MaxRequestEvents = 100000
 
 func (s *HTTPSource) handle(w http.ResponseWriter, r *http.Request) {
@@ -377,11 +378,7 @@ func (s *HTTPSource) OutcomeUnknown(err error) {
 	s.mu.Lock()
 	s.aborted = s.aborted[:0]
 	s.mu.Unlock()
-	for _, in := range s.inflight {
-		in.done <- &unknownOutcomeError{err}
-	}
-	clear(s.inflight)
-	s.inflight = s.inflight[:0]
+	s.endInflight(&unknownOutcomeError{err})
 }
 
 // unknownOutcomeError: a request whose step's commit failed with the log.
@@ -416,9 +413,15 @@ func (s *HTTPSource) Aborted() {
 		s.pending = append(append([]*ingest(nil), s.inflight...), s.pending...)
 	}
 	s.mu.Unlock()
-	if refuse != nil {
+	s.endInflight(refuse)
+}
+
+// endInflight ends the step's requests, answering each answer unless nil
+// (they wait for another step then).
+func (s *HTTPSource) endInflight(answer error) {
+	if answer != nil {
 		for _, in := range s.inflight {
-			in.done <- refuse
+			in.done <- answer
 		}
 	}
 	clear(s.inflight)

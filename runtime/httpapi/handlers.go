@@ -20,6 +20,7 @@ import (
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/builtin"
 )
 
 // Bytes is a key, value or payload in JSON: {"text": "..."} when it is
@@ -425,7 +426,9 @@ const maxIngestBody = 16 << 20
 // MaxIngestEvents bounds the events of an ingest request: each costs the
 // app about 200 bytes more than its payload (envelope, queue entry, the
 // transaction's writes), so 16 MiB of one-byte lines took about 1.6 GB.
-const MaxIngestEvents = 100000
+// An ingest goes to an http_source: the bound of a request to its own
+// endpoint.
+const MaxIngestEvents = builtin.MaxRequestEvents
 
 // errTooManyEvents is an ingest body of more than MaxIngestEvents events.
 var errTooManyEvents = fmt.Errorf("more than %d events in one request: send them in several", MaxIngestEvents)
