@@ -180,9 +180,6 @@ type zeroJob struct {
 	err      error
 }
 
-// zeroes is what zeroing writes, in pieces of its size (read only).
-var zeroes = make([]byte, 256<<10)
-
 // testHookZeroing, set by tests, runs in each zeroing before it writes;
 // testHookZeroWait when a writer is about to wait for one.
 var (
@@ -219,6 +216,7 @@ func (s *segment) zeroAhead() {
 		if hook != nil {
 			hook(from, to)
 		}
+		zeroes := make([]byte, min(256<<10, to-from)) // written in pieces of this size
 		for off := from; off < to; off += len(zeroes) {
 			if _, err := s.f.WriteAt(zeroes[:min(len(zeroes), to-off)], int64(off)); err != nil {
 				j.err = err
