@@ -60,7 +60,8 @@ func (c *Counters) Get(key []byte) (int64, error) {
 func (c *Counters) Scan(opts flowlet.ScanOptions) flowlet.CounterIterator {
 	var over []overlay
 	for k, d := range c.buf {
-		if opts.Match([]byte(k)) {
+		// A sum of 0 is not staged: the scan shows what the commit stores.
+		if d != 0 && opts.Match([]byte(k)) {
 			over = append(over, overlay{key: k, delta: d})
 		}
 	}
