@@ -16,6 +16,8 @@ import (
 type env struct {
 	db    *badger.DB
 	coord *tx.Coordinator
+	dir   string
+	fast  bool
 }
 
 // newEnv opens a Badger DB and a coordinator. fast: the coordinator logs to a
@@ -23,13 +25,21 @@ type env struct {
 // otherwise the coordinator is in memory and the Store persists separately.
 func newEnv(t testing.TB, fast bool) *env {
 	t.Helper()
-	db, err := badger.Open(badger.DefaultOptions(t.TempDir()).WithLogger(nil).
+	e := &env{dir: t.TempDir(), fast: fast}
+	e.open(t)
+	t.Cleanup(func() { e.close() })
+	return e
+}
+
+func (e *env) open(t testing.TB) {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions(e.dir).WithLogger(nil).
 		WithMemTableSize(8 << 20).WithNumMemtables(2).WithBlockCacheSize(4 << 20))
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts := tx.Options{ExpiryInterval: -1}
-	if fast {
+	if e.fast {
 		l, err := tx.NewBadgerLog(db, tx.BadgerLogOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -38,13 +48,29 @@ func newEnv(t testing.TB, fast bool) *env {
 	}
 	c, err := tx.Open(opts)
 	if err != nil {
+		db.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		c.Close()
-		db.Close()
-	})
-	return &env{db: db, coord: c}
+	e.db, e.coord = db, c
+}
+
+func (e *env) close() error {
+	if e.db == nil {
+		return nil
+	}
+	err := errors.Join(e.coord.Close(), e.db.Close())
+	e.db, e.coord = nil, nil
+	return err
+}
+
+// reopen closes the DB and opens it again, with a coordinator recovered from
+// its log (fast path only: the other coordinator is in memory).
+func (e *env) reopen(t testing.TB) {
+	t.Helper()
+	if err := e.close(); err != nil {
+		t.Fatal(err)
+	}
+	e.open(t)
 }
 
 func (e *env) store(t testing.TB) *Store {
