@@ -2,6 +2,7 @@ package tx
 
 import (
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"os"
 	"sync"
@@ -26,6 +27,11 @@ type segment struct {
 	frame    []byte
 	prepared int
 	zeroing  *zeroJob
+	// syncMu orders the zeroing's fdatasync and the writer's: a writeback
+	// error is reported to one of them only, so the zeroing's is kept in
+	// zeroSyncErr and fails every later sync.
+	syncMu      sync.Mutex
+	zeroSyncErr error
 
 	// Prefaulting (see prefaultAhead): bytes from the start already asked
 	// for, and the requests still running, which close waits for.
@@ -134,11 +140,27 @@ func (s *segment) sync(from, to int) error {
 	if h := testHookSegmentSync; h != nil {
 		h(s.f.Name())
 	}
-	return unix.Fdatasync(int(s.f.Fd()))
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	if err := syncSegmentFile(s.f, testHookFdatasync); err != nil {
+		return err
+	}
+	return s.zeroSyncErr
 }
 
 // testHookSegmentSync, set by tests, sees each segment sync's file.
 var testHookSegmentSync func(path string)
+
+// testHookFdatasync, set by tests, replaces a segment's fdatasync (to
+// inject the errors of a failing disk).
+var testHookFdatasync func(f *os.File) error
+
+func syncSegmentFile(f *os.File, hook func(f *os.File) error) error {
+	if hook != nil {
+		return hook(f)
+	}
+	return fdatasync(f)
+}
 
 func (s *segment) close() error {
 	s.prefaults.Wait() // no madvise may outlive the map
@@ -177,7 +199,6 @@ const (
 type zeroJob struct {
 	from, to int
 	done     chan struct{}
-	err      error
 }
 
 // testHookZeroing, set by tests, runs in each zeroing before it writes;
@@ -210,7 +231,7 @@ func (s *segment) zeroAhead() {
 	}
 	j := &zeroJob{from: from, to: to, done: make(chan struct{})}
 	s.zeroing = j
-	hook := testHookZeroing
+	hook, syncHook := testHookZeroing, testHookFdatasync
 	go func() {
 		defer close(j.done)
 		if hook != nil {
@@ -219,17 +240,22 @@ func (s *segment) zeroAhead() {
 		zeroes := make([]byte, min(256<<10, to-from)) // written in pieces of this size
 		for off := from; off < to; off += len(zeroes) {
 			if _, err := s.f.WriteAt(zeroes[:min(len(zeroes), to-off)], int64(off)); err != nil {
-				j.err = err
-				return
+				return // frames overwrite these blocks all the same
 			}
 		}
-		j.err = unix.Fdatasync(int(s.f.Fd()))
+		// Linux reports a writeback error to the first fdatasync of the file
+		// after it, which may be this one and may concern frames.
+		s.syncMu.Lock()
+		defer s.syncMu.Unlock()
+		if err := syncSegmentFile(s.f, syncHook); err != nil && s.zeroSyncErr == nil {
+			s.zeroSyncErr = fmt.Errorf("zeroing ahead: %w", err)
+		}
 	}()
 }
 
-// finishZeroing waits for the running job. A failed one is forgotten: the
-// writer writes over those blocks anyway, and a failing disk shows in the
-// next sync.
+// finishZeroing waits for the running job. A failed write of zeros is
+// forgotten (the writer writes over those blocks anyway); a failed sync
+// fails the next sync (zeroSyncErr).
 func (s *segment) finishZeroing() {
 	j := s.zeroing
 	<-j.done
