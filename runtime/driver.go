@@ -72,7 +72,8 @@ type Poller interface {
 }
 
 // StepSplitter is implemented by sources whose step takes its input in
-// units that a step can take fewer of (the HTTP source: whole requests).
+// units that a step can take fewer of (the built-in sources: http_source's
+// whole requests, the lines or events of the others).
 // When a Generate step's commit fails for its size (too large for one
 // atomic write) or its time (past step_timeout), the runtime calls, after
 // Aborted, SplitStep: a source whose step held more than one unit takes
@@ -83,7 +84,7 @@ type Poller interface {
 // the same again), and after the retries the runtime calls DropStep with
 // the error (flowlet.IsPermanent for a too-large one) instead of stopping
 // the source: the source gives the unit up (the HTTP source answers its
-// request with the error) and goes on.
+// request with the error, the others dead-letter the record) and goes on.
 type StepSplitter interface {
 	SplitStep() bool
 	DropStep(err error)

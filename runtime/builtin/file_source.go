@@ -27,7 +27,9 @@ func init() {
 // the same transaction as the lines, so a restart resumes exactly after the
 // last committed line. Lines longer than max_line_bytes go to the
 // dead-letter queue (their first 64 KiB, with offset and length) and the
-// next lines are read normally.
+// next lines are read normally. A step too large or too slow is redone
+// with half its lines (SplitStep); a line that fails alone goes to the
+// dead-letter queue too (DropStep).
 //
 // With the offset the source records the fingerprint of the bytes before it
 // (their last 4 KiB), and once the file's absolute path: a run reads on from
@@ -40,6 +42,7 @@ func init() {
 // the offset if it holds the same bytes before it (an editor's save), else
 // from its start.
 type FileSource struct {
+	name        string
 	path        string
 	abs         string // path made absolute: recorded with the offset
 	follow      bool
@@ -62,6 +65,14 @@ type FileSource struct {
 	// path after the old one was read to its end.
 	switched bool
 	fpBuf    []byte
+	// After a step too large or too slow (runtime.StepSplitter): limit
+	// bounds its lines; last is the last step's lines and its start;
+	// drop, the line at dropOff to dead-letter (DropStep).
+	limit     stepLimit
+	lastLines int
+	lastStart int64
+	drop      *droppedRecord
+	dropOff   int64
 }
 
 // state: "pos" = offset (8 bytes) + skipping flag (1 byte) + skip start (8
@@ -79,6 +90,7 @@ func (s *FileSource) Init(ic flowlet.InitContext) error {
 		return err
 	}
 	s.bytesStep = 4 << 20
+	s.name = ic.Name
 	if s.abs, err = filepath.Abs(s.path); err != nil {
 		return fmt.Errorf("file_source %q: %w", ic.Name, err)
 	}
@@ -309,6 +321,12 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 		}
 	}
 	loaded := p
+	if s.lastLines > 0 && loaded == s.want {
+		s.limit.committed(s.perStep) // the last step committed
+	}
+	if s.drop != nil && loaded.off != s.dropOff {
+		s.drop = nil // dead-lettered (or the file changed)
+	}
 	if recheck {
 		s.initialized = false
 		if err := s.check(ctx, t, &p, fi.Size()); err != nil {
@@ -323,8 +341,19 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 	// committed offset differs from s.pos and the next call seeks back.
 	start := p
 	lines, nbytes := 0, 0
+	limit := s.limit.of(s.perStep)
+	drop := s.drop
+	if drop != nil && p.off == s.dropOff {
+		if drop.stop != nil {
+			return drop.stop
+		}
+		limit, drop.inStep = 1, true // the line's dead-letter record alone
+	} else {
+		drop = nil
+	}
+	s.lastLines, s.lastStart = 0, p.off
 	eof := false
-	for lines < s.perStep && nbytes < s.bytesStep {
+	for lines < limit && nbytes < s.bytesStep {
 		chunk, err := s.r.ReadSlice('\n')
 		n := len(chunk)
 		complete := err == nil
@@ -395,7 +424,12 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 			s.line = append(s.line, body...)
 			line = s.line
 		}
-		if err := ctx.Emit("out", line); err != nil {
+		if drop != nil {
+			what := fmt.Sprintf("line at offset %d of %s", p.off, s.path)
+			if err := deadLetterDropped(ctx, s.name, what, line, drop.cause); err != nil {
+				return err
+			}
+		} else if err := ctx.Emit("out", line); err != nil {
 			return err
 		}
 		s.line = s.line[:0]
@@ -423,7 +457,7 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 			return err
 		}
 	}
-	s.want = p
+	s.want, s.lastLines = p, lines
 	if eof && lines == 0 && p == start {
 		if s.follow && s.switchFile(ctx, fi, p.off) {
 			return nil
@@ -442,4 +476,19 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 		return flowlet.ErrEndOfInput
 	}
 	return nil
+}
+
+// SplitStep implements runtime.StepSplitter: the step just aborted was too
+// large or too slow; the next takes half its lines, if it had several.
+// The offset commits with the lines of each smaller step, as with any.
+func (s *FileSource) SplitStep() bool { return s.limit.split(s.lastLines) }
+
+// DropStep implements runtime.StepSplitter: the line of the step just
+// aborted, too large or too slow on its own, goes to the dead-letter queue
+// in the next step, the offset past it. Failing again there, the source
+// stops with a RecordFailsAloneError.
+func (s *FileSource) DropStep(err error) {
+	what := fmt.Sprintf("line at offset %d of %s", s.lastStart, s.path)
+	s.drop = s.drop.dropped(s.dropOff == s.lastStart, s.name, what, err)
+	s.dropOff = s.lastStart
 }

@@ -26,7 +26,9 @@ func init() {
 // "{{" and "}}" are literal braces.
 // keys maps partition key names to templates (a hash connection needs its
 // key). rate limits events per second for the whole flowlet (0 = as fast as
-// possible). The count emitted so far commits with the events.
+// possible). The count emitted so far commits with the events. A step too
+// large or too slow is redone with half its events (SplitStep); an event
+// that fails alone goes to the dead-letter queue, counted (DropStep).
 //
 // The positions mean something only under the instance count they were
 // written with, which the first step records: a later run with another
@@ -43,6 +45,13 @@ type Generator struct {
 	n        int
 	// layoutChecked: a committed step recorded this run's instance count.
 	layoutChecked bool
+	// After a step too large or too slow (runtime.StepSplitter): limit
+	// bounds its events; the last step took lastN from position lastK;
+	// drop is the event at position dropK to dead-letter (DropStep).
+	limit        stepLimit
+	lastK, lastN int64
+	drop         *droppedRecord
+	dropK        int64
 
 	started   time.Time
 	startDone int64                                // emitted (committed) when this run started
@@ -156,7 +165,11 @@ func (g *Generator) Generate(ctx flowlet.Context) error {
 		return err
 	}
 	k := int64(done)
-	n := int64(g.batch)
+	if g.lastN > 0 && k == g.lastK+g.lastN {
+		g.limit.committed(g.batch) // the last step committed
+	}
+	g.lastK, g.lastN = k, 0
+	n := int64(g.limit.of(g.batch))
 	if g.count > 0 {
 		// numbers i + k*n below count
 		total := (g.count - int64(g.instance) + int64(g.n) - 1) / int64(g.n)
@@ -165,6 +178,19 @@ func (g *Generator) Generate(ctx flowlet.Context) error {
 		}
 		n = min(n, total-k)
 	}
+	if d := g.drop; d != nil && k == g.dropK {
+		if d.stop != nil {
+			return d.stop
+		}
+		// The event's dead-letter record alone, in place of the event.
+		d.inStep, g.lastN = true, 1
+		seq := int64(g.instance) + k*int64(g.n)
+		if err := deadLetterDropped(ctx, g.name, g.eventName(seq), g.payload.expand(nil, seq, g.instance), d.cause); err != nil {
+			return err
+		}
+		return putU64(t, key, uint64(k+1))
+	}
+	g.drop = nil // dead-lettered, if there was one
 	if g.rate > 0 {
 		now := time.Now()
 		if g.clock != nil {
@@ -207,7 +233,25 @@ func (g *Generator) Generate(ctx flowlet.Context) error {
 			return err
 		}
 	}
+	g.lastN = n
 	return putU64(t, key, uint64(k+n))
+}
+
+func (g *Generator) eventName(seq int64) string { return "event " + strconv.FormatInt(seq, 10) }
+
+// SplitStep implements runtime.StepSplitter: the step just aborted was too
+// large or too slow; the next takes half its events, if it had several.
+// The count commits with the events of each smaller step, as with any.
+func (g *Generator) SplitStep() bool { return g.limit.split(int(g.lastN)) }
+
+// DropStep implements runtime.StepSplitter: the event of the step just
+// aborted, too large or too slow on its own, goes to the dead-letter queue
+// in the next step, counted as emitted. Failing again there, the source
+// stops with a RecordFailsAloneError.
+func (g *Generator) DropStep(err error) {
+	seq := int64(g.instance) + g.lastK*int64(g.n)
+	g.drop = g.drop.dropped(g.dropK == g.lastK, g.name, g.eventName(seq), err)
+	g.dropK = g.lastK
 }
 
 // secondsDuration is s seconds as a Duration, the longest Duration when s

@@ -59,12 +59,11 @@ type HTTPSource struct {
 	refuse error
 	ready  chan struct{}
 
-	// After a step too large or too slow (SplitStep): stepLimit is the
-	// most requests a step takes (0: no limit but maxStepEvents), limitOK
-	// the steps committed at that limit; aborted is the last aborted step's
-	// requests, in pending again.
-	stepLimit, limitOK int
-	aborted            []*ingest
+	// After a step too large or too slow (SplitStep): limit bounds the
+	// requests a step takes (no limit: maxStepEvents); aborted is the last
+	// aborted step's requests, in pending again.
+	limit   stepLimit
+	aborted []*ingest
 }
 
 type ingest struct {
@@ -77,10 +76,6 @@ const maxEvent = 1 << 20
 
 // maxStepEvents bounds a step's events, but for its first request's.
 const maxStepEvents = 10000
-
-// limitRestoreAfter: a step limit (SplitStep) doubles after this many
-// commits, as a consumer's reduced batch size does in the runtime.
-const limitRestoreAfter = 8
 
 // CheckConfig implements flowlet.ConfigChecker.
 func (s *HTTPSource) CheckConfig(ic flowlet.InitContext) error { return s.configure(ic) }
@@ -298,7 +293,7 @@ func (s *HTTPSource) Generate(ctx flowlet.Context) error {
 	s.mu.Lock()
 	n := 0
 	i := 0
-	for ; i < len(s.pending) && (i == 0 || n+len(s.pending[i].events) <= maxStepEvents && (s.stepLimit == 0 || i < s.stepLimit)); i++ {
+	for ; i < len(s.pending) && (i == 0 || n+len(s.pending[i].events) <= maxStepEvents && i < s.limit.of(len(s.pending))); i++ {
 		n += len(s.pending[i].events)
 	}
 	s.inflight = append(s.inflight[:0], s.pending[:i]...)
@@ -329,13 +324,8 @@ func (s *HTTPSource) Committed() {
 	}
 	clear(s.aborted)
 	s.aborted = s.aborted[:0]
-	if len(s.inflight) > 0 && s.stepLimit > 0 {
-		if s.limitOK++; s.limitOK >= limitRestoreAfter {
-			s.stepLimit, s.limitOK = s.stepLimit*2, 0
-			if s.stepLimit > maxStepEvents { // every request has an event
-				s.stepLimit = 0
-			}
-		}
+	if len(s.inflight) > 0 {
+		s.limit.committed(maxStepEvents + 1) // every request has an event
 	}
 	s.inflight = s.inflight[:0]
 }
@@ -345,11 +335,7 @@ func (s *HTTPSource) Committed() {
 func (s *HTTPSource) SplitStep() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.aborted) < 2 {
-		return false
-	}
-	s.stepLimit, s.limitOK = len(s.aborted)/2, 0
-	return true
+	return s.limit.split(len(s.aborted))
 }
 
 // DropStep implements runtime.StepSplitter: the request of the step just

@@ -22,7 +22,9 @@ func init() {
 // A background reader collects lines, two steps' worth ahead at most (the
 // rest waits in the pipe: back-pressure reaches the writer); a step emits
 // those available and keeps them until the step commits (an aborted step
-// emits them again).
+// emits them again). A step too large or too slow is redone with half its
+// lines (SplitStep); a line that fails alone goes to the dead-letter queue
+// (DropStep).
 // Lines read but not committed when the process dies are lost: standard
 // input cannot be re-read (specs/guarantees.md).
 type StdinSource struct {
@@ -43,6 +45,19 @@ type StdinSource struct {
 	done     chan struct{} // closed when the reader ends
 	closed   chan struct{} // closed by Close: the reader waits for room no more
 	close1   sync.Once
+
+	// After a step too large or too slow (runtime.StepSplitter): limit
+	// bounds its lines; aborted is the last aborted step's lines (back in
+	// pending and dead), abortedDrop whether it was drop's step; drop is
+	// a line given up (DropStep), dead-lettered in a step of its own.
+	name        string
+	limit       stepLimit
+	aborted     int
+	abortedDead bool // and its line was a too-long line's prefix
+	abortedDrop bool
+	drop        *droppedRecord
+	dropLine    []byte
+	dropIn      bool // the step in flight is drop's
 }
 
 // stdinAheadBytes bounds the memory the reader holds ahead of the steps
@@ -59,6 +74,7 @@ func (s *StdinSource) Init(ic flowlet.InitContext) error {
 	if err := s.configure(ic); err != nil {
 		return err
 	}
+	s.name = ic.Name
 	s.ready = make(chan struct{}, 1)
 	s.room = make(chan struct{}, 1)
 	s.done = make(chan struct{})
@@ -167,19 +183,32 @@ func (s *StdinSource) signal() {
 func (s *StdinSource) Ready() <-chan struct{} { return s.ready }
 
 func (s *StdinSource) Generate(ctx flowlet.Context) error {
+	if d := s.drop; d != nil {
+		if d.stop != nil {
+			return d.stop
+		}
+		// The line's dead-letter record alone, counted as a line.
+		d.inStep, s.dropIn = true, true
+		if err := deadLetterDropped(ctx, s.name, "a line of standard input", s.dropLine, d.cause); err != nil {
+			return err
+		}
+		return s.count(ctx, 1)
+	}
 	s.mu.Lock()
-	n := min(len(s.pending), s.perStep)
+	limit := s.limit.of(s.perStep)
+	nd := min(len(s.dead), limit)
+	s.deadIn = append(s.deadIn[:0], s.dead[:nd]...)
+	s.dead = s.dead[nd:]
+	n := min(len(s.pending), limit-nd)
 	s.inflight = append(s.inflight[:0], s.pending[:n]...)
 	s.pending = s.pending[n:]
-	s.deadIn = append(s.deadIn[:0], s.dead...)
-	s.dead = s.dead[:0]
 	for _, l := range s.inflight {
 		s.aheadB -= lineCost(l)
 	}
 	for _, l := range s.deadIn {
 		s.aheadB -= lineCost(l)
 	}
-	eof, rerr := s.eof && len(s.pending) == 0, s.err
+	eof, rerr := s.eof && len(s.pending) == 0 && len(s.dead) == 0, s.err
 	s.mu.Unlock()
 	select {
 	case s.room <- struct{}{}:
@@ -200,15 +229,7 @@ func (s *StdinSource) Generate(ctx flowlet.Context) error {
 		}
 	}
 	if len(s.inflight) > 0 || len(s.deadIn) > 0 {
-		t := ctx.State(posTable)
-		c, err := getU64(t, posKey)
-		if err != nil {
-			return err
-		}
-		if err := putU64(t, posKey, c+uint64(len(s.inflight)+len(s.deadIn))); err != nil {
-			return err
-		}
-		return nil
+		return s.count(ctx, len(s.inflight)+len(s.deadIn))
 	}
 	if eof {
 		if rerr != nil {
@@ -219,14 +240,62 @@ func (s *StdinSource) Generate(ctx flowlet.Context) error {
 	return flowlet.ErrIdle
 }
 
+// count adds a step's n lines to the lines taken, in its state.
+func (s *StdinSource) count(ctx flowlet.Context, n int) error {
+	t := ctx.State(posTable)
+	c, err := getU64(t, posKey)
+	if err != nil {
+		return err
+	}
+	return putU64(t, posKey, c+uint64(n))
+}
+
 // Committed implements runtime.StepObserver.
 func (s *StdinSource) Committed() {
+	if s.dropIn {
+		s.drop, s.dropLine, s.dropIn = nil, nil, false
+	} else if len(s.inflight)+len(s.deadIn) > 0 {
+		s.limit.committed(s.perStep)
+	}
 	s.inflight = s.inflight[:0]
 	s.deadIn = s.deadIn[:0]
 }
 
+// SplitStep implements runtime.StepSplitter: the step just aborted was too
+// large or too slow; the next takes half its lines, if it had several.
+func (s *StdinSource) SplitStep() bool { return !s.abortedDrop && s.limit.split(s.aborted) }
+
+// DropStep implements runtime.StepSplitter: the line of the step just
+// aborted, too large or too slow on its own, goes to the dead-letter queue
+// in a step of its own. Failing again there, the source stops with a
+// RecordFailsAloneError (standard input cannot be read again: the line is
+// lost with the source).
+func (s *StdinSource) DropStep(err error) {
+	if s.abortedDrop {
+		s.drop = s.drop.dropped(true, s.name, "a line of standard input", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var line []byte
+	switch {
+	case s.aborted != 1:
+		return
+	case len(s.dead) > 0 && s.abortedDead:
+		line, s.dead = s.dead[0], s.dead[1:]
+	case len(s.pending) > 0:
+		line, s.pending = s.pending[0], s.pending[1:]
+	default:
+		return
+	}
+	s.aheadB -= lineCost(line)
+	s.drop, s.dropLine = &droppedRecord{cause: err}, line
+}
+
 // Aborted implements runtime.StepObserver: the lines go back to the front.
 func (s *StdinSource) Aborted() {
+	s.abortedDrop, s.dropIn = s.dropIn, false
+	s.aborted, s.abortedDead = len(s.inflight)+len(s.deadIn), len(s.deadIn) > 0
 	s.mu.Lock()
 	s.pending = append(append([][]byte(nil), s.inflight...), s.pending...)
 	s.dead = append(append([][]byte(nil), s.deadIn...), s.dead...)
