@@ -38,14 +38,13 @@ func (s *Store) GC(bound uint64, invalid []uint64) (GCStats, error) {
 	g := &gcBatch{db: s.db}
 	defer g.discard()
 
-	var group []gcVersion // one user key's versions, newest first
+	var group []gcVersion // one user key's versions below bound, newest first
 	var enc []byte
 	flush := func() error {
 		if len(group) == 0 {
 			return nil
 		}
-		st.Keys++
-		err := s.gcKey(g, &st, group, bound, invalid)
+		err := s.gcKey(g, &st, group, invalid)
 		group = group[:0]
 		return err
 	}
@@ -55,28 +54,36 @@ func (s *Store) GC(bound uint64, invalid []uint64) (GCStats, error) {
 		for it.Rewind(); it.Valid(); it.Next() {
 			item := it.Item()
 			k := item.Key()
+			if len(k) < len(s.prefix)+1+termLen+versionLen {
+				return fmt.Errorf("%w %q", errBadKey, k)
+			}
 			if !bytes.Equal(encodedUserKey(k), enc) {
 				if err := flush(); err != nil {
 					return err
 				}
 				enc = append(enc[:0], encodedUserKey(k)...)
+				st.Keys++
 			}
-			v := gcVersion{key: item.KeyCopy(nil), wp: ^beUint64(k[len(k)-versionLen:])}
-			if v.wp < bound {
-				counter := len(k) > len(s.prefix) && k[len(s.prefix)] == kindCounter
-				if err := item.Value(func(b []byte) error {
-					if counter {
-						var err error
-						v.tag, v.count, err = decodeCount(b)
-						return err
-					}
-					if len(b) > 0 {
-						v.tag = b[0]
-					}
-					return nil
-				}); err != nil {
+			wp := ^beUint64(k[len(k)-versionLen:])
+			if wp >= bound {
+				// Never touched, so not held: while an old transaction
+				// holds the bound, a hot key's versions above it pile up.
+				continue
+			}
+			v := gcVersion{key: item.KeyCopy(nil), wp: wp}
+			counter := len(k) > len(s.prefix) && k[len(s.prefix)] == kindCounter
+			if err := item.Value(func(b []byte) error {
+				if counter {
+					var err error
+					v.tag, v.count, err = decodeCount(b)
 					return err
 				}
+				if len(b) > 0 {
+					v.tag = b[0]
+				}
+				return nil
+			}); err != nil {
+				return err
 			}
 			group = append(group, v)
 		}
@@ -98,14 +105,11 @@ type gcVersion struct {
 // gcChunk bounds the versions one atomic rewrite touches.
 const gcChunk = 256
 
-func (s *Store) gcKey(g *gcBatch, st *GCStats, vs []gcVersion, bound uint64, invalid []uint64) error {
+func (s *Store) gcKey(g *gcBatch, st *GCStats, vs []gcVersion, invalid []uint64) error {
 	counter := vs[0].key[len(s.prefix)] == kindCounter
 	var dels [][]byte
 	var settled []gcVersion // committed versions below bound, newest first
 	for _, v := range vs {
-		if v.wp >= bound {
-			continue
-		}
 		if _, bad := slices.BinarySearch(invalid, v.wp); bad {
 			dels = append(dels, v.key)
 			continue
