@@ -18,6 +18,13 @@ func (c *Coordinator) stateLocked() *State {
 	slices.Sort(ids)
 	for _, id := range ids {
 		st := c.inProgress[id]
+		if st.kind == Short && !st.logged {
+			// Before its CanCommit: the log does not know it and its abort
+			// writes nothing, so listed it would come back in progress
+			// after a restart and hold on until its timeout. (A long one's
+			// START is written at its start, logged or not.)
+			continue
+		}
 		s.InProgress = append(s.InProgress, InProgressTx{
 			ID: st.id, Kind: st.kind, Expires: st.expires,
 			Pointers: slices.Clone(st.pointers), Committing: st.committing, Keys: st.keys,
@@ -35,9 +42,9 @@ func (c *Coordinator) stateLocked() *State {
 // expiry, so a client that survived the crash (a remote participant) can still
 // finish them; the sweeper invalidates the rest when they expire. A short
 // transaction is in the log only from CanCommit (or a checkpoint) on: one
-// that had not got there had persisted nothing, is forgotten (unless a
-// snapshot caught it in progress), and its client's next call gets
-// ErrNotInProgress. Those that
+// that had not got there had persisted nothing, is forgotten (a snapshot
+// leaves it out too), and its client's next call gets ErrNotInProgress.
+// Those that
 // had passed CanCommit hold their keys again. For the others, what committed
 // after they started is not kept (snapshots and COMMITTED edits carry no
 // keys, which keeps both small), so any change key they try to commit
