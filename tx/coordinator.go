@@ -906,10 +906,15 @@ func (c *Coordinator) unsibling(st *txState, ended bool) {
 	}
 }
 
+// oldestStartSeqLocked bounds the committed keys a transaction in progress
+// may still conflict with. Recovered ones do not count: they conflict on
+// every key they did not hold, which nobody else can commit meanwhile.
 func (c *Coordinator) oldestStartSeqLocked() uint64 {
 	oldest := c.conflicts.seq
 	for _, st := range c.inProgress {
-		oldest = min(oldest, st.startSeq)
+		if !st.recovered {
+			oldest = min(oldest, st.startSeq)
+		}
 	}
 	return oldest
 }
