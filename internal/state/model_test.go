@@ -170,6 +170,7 @@ func runModel(t *testing.T, e *env, seed uint64, steps int) {
 	defer func() { t.Logf("%d commits, %+v", len(m.commits), stats) }()
 	idle := []*Store{e.store(t), e.store(t), e.store(t)}
 	wm := NewWatermark(e.coord)
+	stopGC := gcBehind(t, e, wm)
 	names := []string{"t", "u"} // "t" names a table and a counter table
 	counters := []string{"t", "c"}
 	key := func() string { return modelKeys[rng.IntN(len(modelKeys))] }
@@ -185,6 +186,7 @@ func runModel(t *testing.T, e *env, seed uint64, steps int) {
 				puts: map[modelKey]modelWrite{}, adds: map[modelKey]int64{}})
 			continue
 		}
+		stopGC.kick()
 		xi := rng.IntN(len(open))
 		x := open[xi]
 		s := x.st.s
@@ -271,16 +273,19 @@ func runModel(t *testing.T, e *env, seed uint64, steps int) {
 				open[0].st.abort()
 				end(0)
 			}
+			stats.gcs += stopGC.stop()
 			e.reopen(t)
 			stats.reopens++
 			idle = []*Store{e.store(t), e.store(t), e.store(t)}
 			wm = NewWatermark(e.coord)
+			stopGC = gcBehind(t, e, wm)
 		}
 	}
 	for len(open) > 0 {
 		open[0].st.abort()
 		end(0)
 	}
+	stats.gcs += stopGC.stop()
 	// With nothing in progress, GC leaves no version of an invalid
 	// transaction behind, and the results stand.
 	x := &modelTx{st: e.begin(t, idle[0]), snap: len(m.commits)}
@@ -302,6 +307,52 @@ func runModel(t *testing.T, e *env, seed uint64, steps int) {
 	if got, want := dumpModelView(x.st, names, counters), dumpModel(m, x, names, counters); got != want {
 		t.Fatalf("final state:\n got %s\nwant %s", got, want)
 	}
+}
+
+// backgroundGC runs GC passes on a Store of its own while the steps go on,
+// as the runtime's maintenance does: one pass after each kick.
+type backgroundGC struct {
+	t      *testing.T
+	kicks  chan struct{}
+	passes chan int
+	err    chan error
+}
+
+func gcBehind(t *testing.T, e *env, wm *Watermark) *backgroundGC {
+	s := e.store(t)
+	g := &backgroundGC{t: t, kicks: make(chan struct{}, 1), passes: make(chan int, 1), err: make(chan error, 1)}
+	go func() {
+		n := 0
+		defer func() { g.passes <- n }()
+		for range g.kicks {
+			if _, err := s.GC(wm.Advance(), e.coord.InvalidList()); err != nil {
+				g.err <- err
+				return
+			}
+			n++
+		}
+	}()
+	return g
+}
+
+// kick asks for a pass unless one is asked for already.
+func (g *backgroundGC) kick() {
+	select {
+	case g.kicks <- struct{}{}:
+	default:
+	}
+}
+
+// stop waits for the pass under way and returns how many ran.
+func (g *backgroundGC) stop() int {
+	close(g.kicks)
+	n := <-g.passes
+	select {
+	case err := <-g.err:
+		g.t.Fatalf("background GC: %v", err)
+	default:
+	}
+	return n
 }
 
 // invalidate ends st's transaction as invalid. On the persist path its
