@@ -2,6 +2,7 @@ package flowlet
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 )
@@ -78,6 +79,15 @@ type Table interface {
 
 // MaxKeySize is the largest key a Table or Counters accepts.
 const MaxKeySize = 4096
+
+var (
+	// ErrKeyTooLarge is wrapped by the error of a Table or Counters call
+	// given a key over MaxKeySize; nothing is written.
+	ErrKeyTooLarge = errors.New("flowlet: key too large")
+	// ErrInvalidName is wrapped by the error of every call on a Table or
+	// Counters whose name is not [a-z0-9][a-z0-9_-]{0,62}.
+	ErrInvalidName = errors.New("flowlet: invalid table name")
+)
 
 // ScanOptions select the keys a scan visits: those with Prefix, from Start
 // (inclusive) to End (exclusive; nil means no bound), at most Limit of them

@@ -36,7 +36,7 @@ func (sp *space) check(key []byte) error {
 		return ErrNoTransaction
 	}
 	if len(key) > flowlet.MaxKeySize {
-		return fmt.Errorf("state: %s %q: key of %d bytes exceeds %d", sp.kind, sp.name, len(key), flowlet.MaxKeySize)
+		return fmt.Errorf("state: %s %q: %w: %d bytes, at most %d", sp.kind, sp.name, flowlet.ErrKeyTooLarge, len(key), flowlet.MaxKeySize)
 	}
 	return nil
 }

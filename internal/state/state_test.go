@@ -423,11 +423,24 @@ func TestMisuse(t *testing.T) {
 		t.Fatalf("put outside a tx: %v", err)
 	}
 	st := e.begin(t, s)
-	if err := s.Table("Bad Name").Put([]byte("k"), nil); err == nil {
-		t.Fatal("bad table name accepted")
+	if err := s.Table("Bad Name").Put([]byte("k"), nil); !errors.Is(err, flowlet.ErrInvalidName) {
+		t.Fatalf("bad table name: %v, want ErrInvalidName", err)
 	}
-	if err := s.Table("t").Put(make([]byte, flowlet.MaxKeySize+1), nil); err == nil {
-		t.Fatal("huge key accepted")
+	if _, err := s.Counters("Bad Name").Get([]byte("k")); !errors.Is(err, flowlet.ErrInvalidName) {
+		t.Fatalf("bad counters name: %v, want ErrInvalidName", err)
+	}
+	huge := make([]byte, flowlet.MaxKeySize+1)
+	for what, err := range map[string]error{
+		"put":    s.Table("t").Put(huge, nil),
+		"delete": s.Table("t").Delete(huge),
+		"add":    s.Counters("c").Add(huge, 1),
+	} {
+		if !errors.Is(err, flowlet.ErrKeyTooLarge) {
+			t.Fatalf("%s of a huge key: %v, want ErrKeyTooLarge", what, err)
+		}
+	}
+	if keys := s.ChangeKeys(); len(keys) != 0 {
+		t.Fatalf("refused writes buffered: %q", keys)
 	}
 	if _, err := Open(e.db, "app", "No"); err == nil {
 		t.Fatal("bad flowlet name accepted")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
+	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/tx"
 )
 
@@ -76,7 +77,7 @@ func (s *Store) namePrefix(kind byte, name string) []byte {
 func (s *Store) space(kind byte, what, name string) space {
 	sp := space{s: s, kind: what, name: name, prefix: s.namePrefix(kind, name)}
 	if !nameRE.MatchString(name) {
-		sp.err = fmt.Errorf("state: invalid %s name %q (want [a-z0-9][a-z0-9_-]{0,62})", what, name)
+		sp.err = fmt.Errorf("state: %w: %s %q (want [a-z0-9][a-z0-9_-]{0,62})", flowlet.ErrInvalidName, what, name)
 	}
 	return sp
 }
