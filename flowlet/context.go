@@ -130,7 +130,9 @@ type Iterator interface {
 // Counters is a table of int64 counters whose increments never conflict:
 // many instances and steps may Add to the same key concurrently and every
 // committed Add is counted exactly once. Get returns the sum of the
-// increments committed before the step started plus the step's own.
+// increments committed before the step started plus the step's own. Counts
+// are int64 and wrap around on overflow (two's complement), the same in
+// every read whatever order the increments are summed in.
 type Counters interface {
 	Add(key []byte, delta int64) error
 	Get(key []byte) (int64, error)

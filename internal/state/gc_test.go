@@ -226,3 +226,38 @@ func TestGCMalformedKey(t *testing.T) {
 		t.Fatalf("GC over a malformed key: %v, want errBadKey", err)
 	}
 }
+
+// TestCounterOverflowWraps: counts are int64 and wrap around (two's
+// complement) in every read, and GC's fold keeps the same sum, so a
+// counter reads the same whatever order its deltas were summed in.
+func TestCounterOverflowWraps(t *testing.T) {
+	e := newEnv(t, true)
+	s := e.store(t)
+	for _, d := range []int64{math.MaxInt64, 1, 5, math.MinInt64, -3} {
+		st := e.begin(t, s)
+		st.add("c", "k", d)
+		st.commit()
+	}
+	const want = math.MaxInt64 + 1 + 5 + math.MinInt64 - 3 // 2, past two wraps
+	read := func() string {
+		st := e.begin(t, s)
+		defer st.abort()
+		return fmt.Sprint(st.count("c", "k"), " ", st.scanCounters("c", flowlet.ScanOptions{}))
+	}
+	if got := read(); got != fmt.Sprintf(`%d "k"=%d `, want, want) {
+		t.Fatalf("before GC: %s, want %d", got, want)
+	}
+	wm := NewWatermark(e.coord)
+	if _, err := s.GC(wm.Advance(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != fmt.Sprintf(`%d "k"=%d `, want, want) {
+		t.Fatalf("after GC: %s, want %d", got, want)
+	}
+	st := e.begin(t, s)
+	defer st.abort()
+	st.add("c", "k", math.MaxInt64) // the step's own delta wraps too
+	if got := st.count("c", "k"); got != math.MinInt64+1 {
+		t.Fatalf("with the step's add: %d", got)
+	}
+}
