@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -175,7 +176,11 @@ type queueRT struct {
 	spaceMu               sync.Mutex
 	space                 chan struct{} // closed when depth shrinks
 	rr                    atomic.Uint32 // producers' rotating start partition
-	index                 []partIndex   // one per partition, see index.go
+	// leaseWait: a consumer skipped a partition leased by another
+	// transaction; the background loop wakes the consumers once such a
+	// transaction ends without releasing its leases (wakeLeaseWaiters).
+	leaseWait atomic.Bool
+	index     []partIndex // one per partition, see index.go
 
 	// In a queue with a limit (see reserve): holders counts the producers
 	// whose transaction holds a reservation here; waiters (under spaceMu)
@@ -256,6 +261,7 @@ type groupRT struct {
 // makes FIFO safe and rescaling a plain reassignment.
 type slot struct {
 	owner     *consumer
+	ownerTx   uint64 // the id of owner's transaction that took the lease
 	resolved  bool
 	versions  []stateVersion // as loaded, until resolved
 	committed stateVersion
@@ -913,6 +919,7 @@ func (b *Backend) background() {
 			return
 		case <-evictC:
 			_ = b.evict() // retried next tick; errors here mean the DB is closing
+			b.wakeLeaseWaiters()
 			produced := b.produced.Load()
 			if quiet := produced == lastProduced; b.reclaimDue() {
 				b.goReclaim(func() { _ = b.reclaimNow(quiet) })
@@ -939,6 +946,47 @@ func (b *Backend) background() {
 					_, _ = b.gc()
 				}
 			})
+		}
+	}
+}
+
+// wakeLeaseWaiters wakes the consumers of a queue where a Dequeue skipped a
+// leased partition, once the lease's transaction ended without staging (a
+// timeout): they take the lease over (leaseEndedLocked). Nothing else would
+// wake them if no producer commits. Needs Options.Coordinator.
+func (b *Backend) wakeLeaseWaiters() {
+	coord := b.opts.Coordinator
+	if coord == nil {
+		return
+	}
+	var inProgress []uint64
+	fetched := false
+	for _, q := range b.queueList() {
+		if !q.leaseWait.Swap(false) {
+			continue
+		}
+		if !fetched {
+			inProgress, fetched = coord.InProgress(), true
+		}
+		ended, held := false, false
+		q.mu.Lock()
+		for _, g := range q.groups {
+			for _, s := range g.slots {
+				if s.owner == nil {
+					continue
+				}
+				if _, ok := slices.BinarySearch(inProgress, s.ownerTx); !ok && s.owner.staged.Load() != s.ownerTx {
+					ended = true
+				} else {
+					held = true
+				}
+			}
+		}
+		q.mu.Unlock()
+		if ended {
+			q.notify()
+		} else if held {
+			q.leaseWait.Store(true) // still held: look again next tick
 		}
 	}
 }

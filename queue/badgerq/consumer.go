@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -52,6 +53,11 @@ type consumer struct {
 	// partitions may hold more; releasing them wakes waiting consumers (a
 	// FIFO peer, or the new owner after a rescale, may take them).
 	full bool
+
+	// staged is the id of the last transaction whose Stage or Persist ran:
+	// from then on it may commit, so its leases are never taken over (see
+	// leaseEndedLocked).
+	staged atomic.Uint64
 }
 
 // rolledWork is a changed partition as Rollback sees it.
@@ -152,6 +158,8 @@ func (c *consumer) candidatesLocked() ([]int, error) {
 // consumer's transaction holds it (the previous owner, during a rescale) or
 // the partition index shows nothing to read there (then it returns nil
 // without leasing: skipping an idle partition costs no Badger access).
+// A lease whose transaction ended without committing (timed out, its
+// goroutine lost) is taken over.
 func (c *consumer) leaseLocked(p int) *work {
 	if w := c.work[p]; w != nil {
 		if !c.q.index[p].mayHaveWork(&w.st, c.t) {
@@ -160,17 +168,38 @@ func (c *consumer) leaseLocked(p int) *work {
 		return w
 	}
 	s := c.g.slots[p]
-	if s.owner != nil {
+	if s.owner != nil && !c.leaseEndedLocked(s) {
+		c.q.leaseWait.Store(true) // the background loop wakes us if it ends
 		return nil
 	}
 	s.resolve(c.t)
 	if !c.q.index[p].mayHaveWork(&s.committed.st, c.t) {
 		return nil
 	}
-	s.owner = c
+	s.owner, s.ownerTx = c, c.t.ID
 	w := &work{slot: s, prev: s.committed, st: s.committed.st.clone()}
 	c.work[p] = w
 	return w
+}
+
+// leaseEndedLocked reports whether the transaction holding s's lease had
+// ended when c's transaction started, and never staged nor persisted: then
+// it did not commit and never will (an ended transaction cannot), so the
+// committed state in memory is the slot's, and the lease can be taken
+// over. One that staged may have committed, with its PostCommit (which
+// publishes the new state and releases the lease) still to run; it ends
+// the lease itself, as does a rollback. The owner's late rollback leaves a
+// taken-over slot alone (releaseAll, Rollback check the owner), and its
+// Persist refuses to write one (checkLeasesLocked). Under q.mu.
+func (c *consumer) leaseEndedLocked(s *slot) bool {
+	id := s.ownerTx
+	if id > c.t.ReadPointer() {
+		return false // began after c's snapshot, or was in progress at it
+	}
+	if _, inProgress := slices.BinarySearch(c.t.InProgress(), id); inProgress {
+		return false
+	}
+	return s.owner.staged.Load() != id
 }
 
 // Dequeue implements queue.ConsumerDriver. The entries are gathered in a
@@ -236,6 +265,9 @@ func (c *consumer) DequeueAppend(dst []queue.Entry, max int) ([]queue.Entry, err
 		if w == nil {
 			continue
 		}
+		if leasedTestHook != nil {
+			leasedTestHook(p)
+		}
 		if txn == nil {
 			txn = c.b.db.NewTransaction(false)
 		}
@@ -245,7 +277,9 @@ func (c *consumer) DequeueAppend(dst []queue.Entry, max int) ([]queue.Entry, err
 		}
 		if !had && !w.changed {
 			c.q.mu.Lock()
-			w.slot.owner = nil
+			if w.slot.owner == c { // else taken over meanwhile: c's tx had ended
+				w.slot.owner = nil
+			}
 			delete(c.work, p)
 			c.q.mu.Unlock()
 		}
@@ -255,6 +289,10 @@ func (c *consumer) DequeueAppend(dst []queue.Entry, max int) ([]queue.Entry, err
 	}
 	return out, nil
 }
+
+// leasedTestHook, if set, runs in Dequeue after each partition it leased or
+// holds, before reading it (tests: to take the lease over there).
+var leasedTestHook func(p int)
 
 // readPartition appends up to max-len(out) entries of partition p, highest
 // priority level first.
@@ -519,7 +557,10 @@ func (c *consumer) ChangeKeys() [][]byte { return nil }
 func (c *consumer) Store() any { return c.b.db }
 
 // Stage implements tx.Stager: the new cursor states commit with the step.
+// Marked staged first: a taker that sees this transaction ended after its
+// commit (which follows) must wait for its PostCommit.
 func (c *consumer) Stage(dst []tx.Write) ([]tx.Write, error) {
+	c.staged.Store(c.t.ID)
 	for p, w := range c.work {
 		if w.changed {
 			dst = append(dst, tx.Write{
@@ -533,6 +574,12 @@ func (c *consumer) Stage(dst []tx.Write) ([]tx.Write, error) {
 
 // Persist (general path) writes the new state next to the committed one.
 func (c *consumer) Persist() error {
+	c.q.mu.Lock()
+	err := c.checkLeasesLocked()
+	c.q.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	changed := false
 	for _, w := range c.work {
 		changed = changed || w.changed
@@ -558,6 +605,21 @@ func (c *consumer) Persist() error {
 		return err
 	}
 	return c.b.sync()
+}
+
+// checkLeasesLocked marks the transaction staged, so that its leases are
+// no longer taken over, unless one was already: the transaction timed out
+// and another took the partition, whose state it must not overwrite.
+// Under q.mu.
+func (c *consumer) checkLeasesLocked() error {
+	for p, w := range c.work {
+		if w.slot.owner != c {
+			return fmt.Errorf("badgerq: consumer of %s/%s: partition %d was taken over, tx %d timed out: %w",
+				c.q.name, c.g.meta.Name, p, c.t.ID, tx.ErrNotInProgress)
+		}
+	}
+	c.staged.Store(c.t.ID)
+	return nil
 }
 
 func (c *consumer) PostCommit() {

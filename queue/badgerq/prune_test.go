@@ -26,12 +26,16 @@ type generalNode struct {
 	fast  bool // Options.FastPath (a node on a BadgerLog, failingLogNode)
 }
 
-func newGeneralNode(t *testing.T) *generalNode {
+func newGeneralNode(t *testing.T) *generalNode { return newGeneralNodeClock(t, nil) }
+
+// newGeneralNodeClock is newGeneralNode with the coordinator on clock now
+// (nil: the real one), to time transactions out.
+func newGeneralNodeClock(t *testing.T, now func() time.Time) *generalNode {
 	db, err := badger.Open(badger.DefaultOptions("").WithInMemory(true).WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	coord, err := tx.Open(tx.Options{ExpiryInterval: -1})
+	coord, err := tx.Open(tx.Options{ExpiryInterval: -1, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,8 @@
 //	}
 //
 // It checks the semantics the runtime relies on: every strategy, commit,
-// abort and redelivery, visibility against in-progress producers, rescaling
+// abort and redelivery, a lost consumer's partitions passing on once its
+// transaction timed out, visibility against in-progress producers, rescaling
 // under load with per-key order, TTL, depth limits, eviction giving space
 // back, inspection and bad input.
 package queuetest

@@ -59,6 +59,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 		{"ScanDuplicatePartitions", testScanDuplicatePartitions},
 		{"RandomizedExactlyOnce", testRandomized},
 		{"NotifierWakesConsumers", testNotifier},
+		{"LostConsumerReleasesPartitions", testLostConsumer},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newEnv(t)) })

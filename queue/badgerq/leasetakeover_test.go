@@ -1,0 +1,171 @@
+package badgerq
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/queue/queuetest"
+	"github.com/flowrun/flowrun/tx"
+)
+
+// fifoQueue creates queue q (one partition) with FIFO group g of instances
+// instances, and returns a function that commits an event of each payload.
+func fifoQueue(t *testing.T, qs *queue.Queues, coord *tx.Coordinator, instances int) (enqueue func(payloads ...string)) {
+	must := mustT(t)
+	must(qs.CreateQueue("q", queue.Config{Partitions: 1}))
+	must(qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: instances}))
+	p, _ := qs.Producer("q")
+	return func(payloads ...string) {
+		must(queuetest.Step(coord, func() error {
+			for _, s := range payloads {
+				if err := p.Enqueue(context.Background(), queue.Event{Payload: []byte(s)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, p))
+	}
+}
+
+// General path: a consumer transaction passed CanCommit, then timed out
+// before its Persist, and a FIFO peer took its partition over and committed
+// the entries. The late Persist wrote its state over the peer's, and its
+// Rollback the state before both: after a restart the peer's entries came
+// again. A Persist whose partition was taken over is refused.
+func TestTakenOverLeaseRefusesPersist(t *testing.T) {
+	var moved atomic.Int64
+	n := newGeneralNodeClock(t, func() time.Time { return time.Now().Add(time.Duration(moved.Load())) })
+	must := mustT(t)
+	fifoQueue(t, n.qs, n.coord, 2)("a", "b", "c")
+
+	late, _ := n.qs.Consumer("q", "g", 0)
+	t1, err := n.coord.StartShort(time.Minute)
+	must(err)
+	must(late.StartTx(t1))
+	if got, err := late.Dequeue(10); err != nil || len(got) != 3 {
+		t.Fatalf("late consumer got %d entries (%v), want 3", len(got), err)
+	}
+	must(n.coord.CanCommit(t1, nil))
+	moved.Add(int64(2 * time.Minute))
+	if n.coord.ExpireTimedOut() != 1 {
+		t.Fatal("the late consumer's transaction did not time out")
+	}
+
+	peer, _ := n.qs.Consumer("q", "g", 1)
+	var got []queue.Entry
+	must(queuetest.Step(n.coord, func() (err error) { got, err = peer.Dequeue(10); return err }, peer))
+	if len(got) != 3 {
+		t.Fatalf("the peer got %d entries, want the 3 of the timed-out consumer's partition", len(got))
+	}
+
+	if err := late.Persist(); !errors.Is(err, tx.ErrNotInProgress) {
+		t.Errorf("late Persist after the takeover returned %v, want ErrNotInProgress", err)
+	}
+	if err := n.coord.Commit(t1); !errors.Is(err, tx.ErrNotInProgress) {
+		t.Fatalf("late commit returned %v, want ErrNotInProgress", err)
+	}
+	must(late.Rollback())
+
+	n.restart()
+	c, _ := n.qs.Consumer("q", "g", 0)
+	must(queuetest.Step(n.coord, func() (err error) { got, err = c.Dequeue(10); return err }, c))
+	if len(got) != 0 {
+		t.Fatalf("after a restart %d entries the peer committed came again", len(got))
+	}
+}
+
+// postCommitHook is a participant that runs fn in its PostCommit.
+type postCommitHook struct{ fn func() }
+
+func (h postCommitHook) StartTx(*tx.Tx) error  { return nil }
+func (h postCommitHook) UpdateTx(*tx.Tx) error { return nil }
+func (h postCommitHook) ChangeKeys() [][]byte  { return nil }
+func (h postCommitHook) Persist() error        { return nil }
+func (h postCommitHook) Rollback() error       { return nil }
+func (h postCommitHook) PostCommit()           { h.fn() }
+
+// A transaction that committed has ended in the coordinator before its
+// consumer's PostCommit publishes the new state and releases the leases: a
+// peer starting in between must not take them over (it would read the state
+// before the commit and deliver its entries again).
+func TestCommittedLeaseNotTakenOverBeforePostCommit(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		t.Run(map[bool]string{true: "fast", false: "general"}[fast], func(t *testing.T) {
+			e := newEnv(t, fast)
+			must := mustT(t)
+			fifoQueue(t, e.Queues, e.Coord, 2)("a")
+			owner, _ := e.Queues.Consumer("q", "g", 0)
+			peer, _ := e.Queues.Consumer("q", "g", 1)
+			var first, between []queue.Entry
+			peek := postCommitHook{fn: func() {
+				must(queuetest.Step(e.Coord, func() (err error) { between, err = peer.Dequeue(10); return err }, peer))
+			}}
+			must(queuetest.Step(e.Coord, func() (err error) { first, err = owner.Dequeue(10); return err }, peek, owner))
+			if len(first) != 1 || len(between) != 0 {
+				t.Fatalf("owner got %d, peer between the commit and its PostCommit %d; want 1 and 0", len(first), len(between))
+			}
+			var after []queue.Entry
+			must(queuetest.Step(e.Coord, func() (err error) { after, err = peer.Dequeue(10); return err }, peer))
+			if len(after) != 0 {
+				t.Fatalf("the committed entry came again: %d", len(after))
+			}
+		})
+	}
+}
+
+// A consumer whose transaction had ended leased an idle-looking partition in
+// it, a peer took the lease over while it read, and the read changed
+// nothing: the dead consumer then let the partition go, the peer's lease
+// with it, and a third consumer read what the peer's open transaction held.
+func TestDeadLeaseReadKeepsTakersLease(t *testing.T) {
+	e := newEnv(t, true)
+	must := mustT(t)
+	enqueue := fifoQueue(t, e.Queues, e.Coord, 3)
+	dead, _ := e.Queues.Consumer("q", "g", 0)
+	taker, _ := e.Queues.Consumer("q", "g", 1)
+	third, _ := e.Queues.Consumer("q", "g", 2)
+	deadCtx := e.Coord.NewContext(dead)
+	deadTx, err := deadCtx.Start(time.Millisecond)
+	must(err)
+	// The group's position moves past what the dead transaction may see,
+	// and a newer entry waits: its read settles nothing.
+	enqueue("a")
+	var got []queue.Entry
+	must(queuetest.Step(e.Coord, func() (err error) { got, err = third.Dequeue(10); return err }, third))
+	if len(got) != 1 {
+		t.Fatalf("got %d, want a", len(got))
+	}
+	enqueue("b")
+	for slices.Contains(e.Coord.InProgress(), deadTx.ID) {
+		e.Coord.ExpireTimedOut()
+		time.Sleep(time.Millisecond)
+	}
+
+	takerCtx := e.Coord.NewContext(taker)
+	_, err = takerCtx.Start(time.Minute)
+	must(err)
+	var taken []queue.Entry
+	leasedTestHook = func(int) {
+		leasedTestHook = nil
+		taken, err = taker.Dequeue(10)
+		must(err)
+	}
+	defer func() { leasedTestHook = nil }()
+	if got, err := dead.Dequeue(10); err != nil || len(got) != 0 {
+		t.Fatalf("the dead transaction read %d (%v), want nothing past its snapshot", len(got), err)
+	}
+	if len(taken) != 1 {
+		t.Fatalf("the taker got %d entries, want b", len(taken))
+	}
+	must(queuetest.Step(e.Coord, func() (err error) { got, err = third.Dequeue(10); return err }, third))
+	if len(got) != 0 {
+		t.Fatalf("%q, held by the taker's open transaction, was read by another", got[0].Payload)
+	}
+	must(takerCtx.Finish())
+	_ = deadCtx.Abort(nil)
+}

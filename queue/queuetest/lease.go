@@ -1,0 +1,147 @@
+package queuetest
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/tx"
+)
+
+// testLostConsumer: a consumer whose transaction is never finished (its
+// goroutine lost) stops holding its partitions once the coordinator timed
+// the transaction out. The next taker (another FIFO instance, or a new
+// consumer of the same hash / round-robin instance) gets the entries; the
+// lost transaction's late commit fails and moves no cursor, and its late
+// rollback leaves the taker's lease alone.
+func testLostConsumer(t *testing.T, e *Env) {
+	for _, s := range []queue.Strategy{queue.FIFO, queue.Hash, queue.RoundRobin} {
+		for _, late := range []string{"finish", "abort"} {
+			t.Run(string(s)+"/late_"+late, func(t *testing.T) { lostConsumer(t, e, s, late == "finish") })
+		}
+	}
+	t.Run("wakes_waiting_peer", func(t *testing.T) { lostConsumerWakes(t, e) })
+}
+
+func lostConsumer(t *testing.T, e *Env, s queue.Strategy, lateFinish bool) {
+	qn := fmt.Sprintf("lost-%s-%v", s, lateFinish)
+	must(t, e.Queues.CreateQueue(qn, queue.Config{Partitions: 4}))
+	must(t, e.Queues.AddGroup(qn, queue.Group{Name: "g", Strategy: s, Instances: 2}))
+	const n = 40
+	produce(t, e, qn, "e", n, n, func(i int) []byte { return []byte(fmt.Sprint(i)) })
+
+	lost, err := e.Queues.Consumer(qn, "g", 0)
+	must(t, err)
+	lostCtx := e.Coord.NewContext(lost)
+	lostTx, err := lostCtx.Start(time.Millisecond)
+	must(t, err)
+	held, err := lost.Dequeue(n)
+	must(t, err)
+	if len(held) == 0 {
+		t.Fatal("the consumer to lose got nothing")
+	}
+	waitEnded(t, e, lostTx)
+
+	takerInstance := 0 // hash, round robin: the same instance's partitions
+	if s == queue.FIFO {
+		takerInstance = 1
+	}
+	taker, err := e.Queues.Consumer(qn, "g", takerInstance)
+	must(t, err)
+	takerCtx := e.Coord.NewContext(taker)
+	_, err = takerCtx.Start(time.Minute)
+	must(t, err)
+	first, err := taker.Dequeue(1)
+	must(t, err)
+	if len(first) != 1 {
+		t.Fatalf("the taker got %d entries: the partitions of a consumer whose transaction timed out stay leased", len(first))
+	}
+	if !slices.ContainsFunc(held, func(x queue.Entry) bool { return x.ID.Partition == first[0].ID.Partition }) {
+		t.Fatalf("the taker read partition %d, which the lost consumer did not hold", first[0].ID.Partition)
+	}
+
+	if lateFinish {
+		if err := lostCtx.Finish(); !errors.Is(err, tx.ErrNotInProgress) {
+			t.Fatalf("the timed-out transaction's commit returned %v, want ErrNotInProgress", err)
+		}
+	} else {
+		must(t, lostCtx.Abort(nil))
+	}
+
+	// The taker's transaction still holds its partition: nobody else reads it.
+	other, err := e.Queues.Consumer(qn, "g", takerInstance)
+	must(t, err)
+	var rest []queue.Entry
+	must(t, Step(e.Coord, func() (err error) { rest, err = other.Dequeue(n); return err }, other))
+	for _, x := range rest {
+		if x.ID.Partition == first[0].ID.Partition {
+			t.Fatalf("partition %d, leased by the taker's open transaction, was read by another (%s) after the lost one's late end", x.ID.Partition, x.Payload)
+		}
+	}
+	more, err := taker.Dequeue(n)
+	must(t, err)
+	must(t, takerCtx.Finish())
+
+	all := slices.Concat(first, rest, more)
+	for i := range 2 {
+		c, err := e.Queues.Consumer(qn, "g", i)
+		must(t, err)
+		all = append(all, drain(t, e, c, n)...)
+	}
+	expectExactly(t, payloads(all), "e", n)
+}
+
+// lostConsumerWakes: a FIFO peer that found every partition leased by a
+// transaction that later times out, and waits, is woken (nothing else will
+// commit to the queue) and takes the partitions over.
+func lostConsumerWakes(t *testing.T, e *Env) {
+	must(t, e.Queues.CreateQueue("lost-wake", queue.Config{Partitions: 2}))
+	must(t, e.Queues.AddGroup("lost-wake", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 2}))
+	produce(t, e, "lost-wake", "e", 10, 10, func(i int) []byte { return []byte(fmt.Sprint(i)) })
+	peer, err := e.Queues.Consumer("lost-wake", "g", 1)
+	must(t, err)
+	nt, ok := peer.(queue.Notifier)
+	if !ok {
+		t.Skip("backend's consumers do not implement queue.Notifier")
+	}
+	lost, err := e.Queues.Consumer("lost-wake", "g", 0)
+	must(t, err)
+	lostCtx := e.Coord.NewContext(lost)
+	_, err = lostCtx.Start(200 * time.Millisecond)
+	must(t, err)
+	if held, err := lost.Dequeue(10); err != nil || len(held) != 10 {
+		t.Fatalf("the consumer to lose got %d entries (%v), want 10", len(held), err)
+	}
+	var got []queue.Entry
+	for len(got) == 0 {
+		ready := nt.Ready()
+		must(t, Step(e.Coord, func() (err error) { got, err = peer.Dequeue(10); return err }, peer))
+		if len(got) > 0 {
+			break
+		}
+		select {
+		case <-ready:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the waiting peer was not woken 30 s after the lost transaction's 200 ms timeout")
+		}
+	}
+	all := append(got, drain(t, e, peer, 10)...)
+	expectExactly(t, payloads(all), "e", 10)
+}
+
+// waitEnded waits until the coordinator has timed t0 out (the bound only
+// guards against a hang).
+func waitEnded(t *testing.T, e *Env, t0 *tx.Tx) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for slices.Contains(e.Coord.InProgress(), t0.ID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("tx %d still in progress 30 s after its timeout", t0.ID)
+		}
+		e.Coord.ExpireTimedOut()
+		time.Sleep(time.Millisecond)
+	}
+}
