@@ -35,7 +35,7 @@ type GCStats struct {
 // and be interrupted at any point.
 func (s *Store) GC(bound uint64, invalid []uint64) (GCStats, error) {
 	var st GCStats
-	g := &gcBatch{db: s.db}
+	g := newGCBatch(s.db)
 	defer g.discard()
 
 	var group []gcVersion // one user key's versions below bound, newest first
@@ -102,7 +102,8 @@ type gcVersion struct {
 	count int64
 }
 
-// gcChunk bounds the versions one atomic rewrite touches.
+// gcChunk bounds the versions one atomic rewrite touches; gcBatch.maxBytes
+// bounds their bytes.
 const gcChunk = 256
 
 func (s *Store) gcKey(g *gcBatch, st *GCStats, vs []gcVersion, invalid []uint64) error {
@@ -119,7 +120,8 @@ func (s *Store) gcKey(g *gcBatch, st *GCStats, vs []gcVersion, invalid []uint64)
 	if !counter {
 		// Every version older than the newest settled one is shadowed, and
 		// so is that one if it is a delete. Any subset of these deletions
-		// leaves reads unchanged, so they need no atomicity.
+		// leaves reads unchanged, so they need no atomicity — as long as
+		// the newest goes last: a delete gone first would show the older.
 		if len(settled) > 0 {
 			for _, v := range settled[1:] {
 				dels = append(dels, v.key)
@@ -129,42 +131,26 @@ func (s *Store) gcKey(g *gcBatch, st *GCStats, vs []gcVersion, invalid []uint64)
 			}
 		}
 		st.Deleted += len(dels)
-		for len(dels) > 0 {
-			n := min(len(dels), gcChunk)
-			if err := g.apply(nil, nil, dels[:n]); err != nil {
-				return err
-			}
-			dels = dels[n:]
-		}
-		return nil
+		return g.deleteAll(dels)
 	}
 	// Invalid deltas are invisible to everyone: delete them freely.
 	st.Deleted += len(dels)
-	for len(dels) > 0 {
-		n := min(len(dels), gcChunk)
-		if err := g.apply(nil, nil, dels[:n]); err != nil {
-			return err
-		}
-		dels = dels[n:]
+	if err := g.deleteAll(dels); err != nil {
+		return err
 	}
 	// Versions older than the newest settled base are already in it.
 	for i, v := range settled {
 		if v.tag == tagBase {
+			var older [][]byte
 			for _, o := range settled[i+1:] {
-				dels = append(dels, o.key)
+				older = append(older, o.key)
 			}
 			settled = settled[:i+1]
-			break
-		}
-	}
-	if len(dels) > 0 {
-		st.Deleted += len(dels)
-		for len(dels) > 0 {
-			n := min(len(dels), gcChunk)
-			if err := g.apply(nil, nil, dels[:n]); err != nil {
+			st.Deleted += len(older)
+			if err := g.deleteAll(older); err != nil {
 				return err
 			}
-			dels = dels[n:]
+			break
 		}
 	}
 	if len(settled) < 2 {
@@ -177,7 +163,15 @@ func (s *Store) gcKey(g *gcBatch, st *GCStats, vs []gcVersion, invalid []uint64)
 	var carry int64
 	var prevBase []byte
 	for end := len(settled); end > 0; {
-		start := max(0, end-gcChunk)
+		start := end - 1
+		size := gcEntrySize(settled[start].key) + gcEntrySize(prevBase)
+		for start > 0 && end-start < gcChunk {
+			next := size + gcEntrySize(settled[start-1].key)
+			if next > g.maxBytes {
+				break
+			}
+			start, size = start-1, next
+		}
 		chunk := settled[start:end]
 		sum := carry
 		var cdels [][]byte
@@ -203,13 +197,23 @@ func (s *Store) gcKey(g *gcBatch, st *GCStats, vs []gcVersion, invalid []uint64)
 	return nil
 }
 
+// gcEntrySize is what one set or delete of key costs in a Badger
+// transaction, overestimated (Badger counts a few bytes of metadata).
+func gcEntrySize(key []byte) int {
+	if key == nil {
+		return 0
+	}
+	return len(key) + 9 + 32
+}
+
 // gcBatch groups the rewrites of many keys into Badger transactions; one
 // rewrite (a set of a base and its deletions) is never split.
 type gcBatch struct {
-	db    *badger.DB
-	txn   *badger.Txn
-	ops   int
-	bytes int
+	db       *badger.DB
+	maxBytes int // of one transaction, well within what Badger takes
+	txn      *badger.Txn
+	ops      int
+	bytes    int
 }
 
 const (
@@ -217,13 +221,34 @@ const (
 	gcBytesPerTxn = 512 << 10
 )
 
-func (g *gcBatch) apply(set, val []byte, dels [][]byte) error {
-	size := len(set) + len(val)
-	for _, k := range dels {
-		size += len(k)
+func newGCBatch(db *badger.DB) *gcBatch {
+	// Badger takes 15% of a memtable in one transaction; half of it
+	// leaves room for its own accounting.
+	return &gcBatch{db: db, maxBytes: int(min(gcBytesPerTxn, db.Opts().MemTableSize*15/100/2))}
+}
+
+// deleteAll deletes keys, in their order, in as many rewrites as they need.
+func (g *gcBatch) deleteAll(keys [][]byte) error {
+	for len(keys) > 0 {
+		n, size := 1, gcEntrySize(keys[0])
+		for n < len(keys) && n < gcChunk && size+gcEntrySize(keys[n]) <= g.maxBytes {
+			size += gcEntrySize(keys[n])
+			n++
+		}
+		if err := g.apply(nil, nil, keys[:n]); err != nil {
+			return err
+		}
+		keys = keys[n:]
 	}
-	size += 32 * (len(dels) + 1)
-	if g.txn != nil && (g.ops+len(dels)+1 > gcOpsPerTxn || g.bytes+size > gcBytesPerTxn) {
+	return nil
+}
+
+func (g *gcBatch) apply(set, val []byte, dels [][]byte) error {
+	size := gcEntrySize(set) + len(val)
+	for _, k := range dels {
+		size += gcEntrySize(k)
+	}
+	if g.txn != nil && (g.ops+len(dels)+1 > gcOpsPerTxn || g.bytes+size > g.maxBytes) {
 		if err := g.commit(); err != nil {
 			return err
 		}
