@@ -1147,10 +1147,16 @@ func (in *instance) deadLetter(sc *stepCtx, e *inEvent, reason string) {
 		"truncated", d.Truncated, "err", d.Error)
 }
 
-// sourceStep runs one Generate in a transaction, with retries.
+// sourceStep runs one Generate in a transaction, with retries. A step to
+// be redone (a failure, a split, a conflict) while the source is paused is left to
+// runSource: it parks, and the step after the resume is a new one, its
+// retries counted afresh (http_source refused the paused step's requests).
 func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 	tries := 0
-	for {
+	for redo := false; ; redo = true {
+		if redo && in.frt.paused.Load() {
+			return srcMore, nil
+		}
 		t0 := time.Now()
 		sc, err := in.start(ctx)
 		if err != nil {
