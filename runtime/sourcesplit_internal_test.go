@@ -173,3 +173,40 @@ func pipeStdin(t *testing.T, input string) {
 		w.Close()
 	}()
 }
+
+// SplitFaultEnv, set in a crash test child's environment, gives the
+// source "src" of its app splitCrashFault (TestCrashSourceSplit).
+const SplitFaultEnv = "FLOWRUN_TEST_SPLIT_FAULT"
+
+func init() {
+	if os.Getenv(SplitFaultEnv) == "" {
+		return
+	}
+	afterInit = func(in *instance) error {
+		if in.fl.Name == "src" {
+			onSrcCommit(in.a, splitCrashFault)
+		}
+		return nil
+	}
+}
+
+// splitCrashFault fails as too large a step of more than 600 lines (they
+// come 1000 a step: split in two) and any step holding a line that
+// SplitCrashDropped names, also alone: that line is dead-lettered.
+func splitCrashFault(sc *stepCtx, evs []string) error {
+	if len(evs) > 600 {
+		return fmt.Errorf("%w (test: %d lines)", tx.ErrTooLarge, len(evs))
+	}
+	for _, e := range evs {
+		if SplitCrashDropped(e) {
+			return fmt.Errorf("%w (test: holds %s)", tx.ErrTooLarge, e)
+		}
+	}
+	return nil
+}
+
+// SplitCrashDropped: line-N with N%1000 == 777 fails in any step.
+func SplitCrashDropped(line string) bool {
+	n, ok := strings.CutPrefix(line, "line-")
+	return ok && strings.HasSuffix(n, "777")
+}
