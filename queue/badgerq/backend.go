@@ -262,6 +262,7 @@ type groupRT struct {
 type slot struct {
 	owner     *consumer
 	ownerTx   uint64 // the id of owner's transaction that took the lease
+	skipped   bool   // a consumer found it leased: wake consumers at the release
 	resolved  bool
 	versions  []stateVersion // as loaded, until resolved
 	committed stateVersion
@@ -951,8 +952,8 @@ func (b *Backend) background() {
 }
 
 // wakeLeaseWaiters wakes the consumers of a queue where a Dequeue skipped a
-// leased partition, once the lease's transaction ended without staging (a
-// timeout): they take the lease over (leaseEndedLocked). Nothing else would
+// leased partition, once the lease's transaction ended without staging or
+// rolling back (a timeout): they take the lease over (leaseEndedLocked). Nothing else would
 // wake them if no producer commits. Needs Options.Coordinator.
 func (b *Backend) wakeLeaseWaiters() {
 	coord := b.opts.Coordinator
@@ -975,7 +976,7 @@ func (b *Backend) wakeLeaseWaiters() {
 				if s.owner == nil {
 					continue
 				}
-				if _, ok := slices.BinarySearch(inProgress, s.ownerTx); !ok && s.owner.staged.Load() != s.ownerTx {
+				if _, ok := slices.BinarySearch(inProgress, s.ownerTx); !ok && s.owner.ending.Load() != s.ownerTx {
 					ended = true
 				} else {
 					held = true

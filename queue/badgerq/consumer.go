@@ -54,10 +54,11 @@ type consumer struct {
 	// FIFO peer, or the new owner after a rescale, may take them).
 	full bool
 
-	// staged is the id of the last transaction whose Stage or Persist ran:
-	// from then on it may commit, so its leases are never taken over (see
+	// ending is the id of the last transaction whose Stage, Persist or
+	// Rollback ran: from then on it may commit or change its slots, and
+	// releases its leases itself, which are no longer taken over (see
 	// leaseEndedLocked).
-	staged atomic.Uint64
+	ending atomic.Uint64
 }
 
 // rolledWork is a changed partition as Rollback sees it.
@@ -87,7 +88,8 @@ var (
 // transaction that wrote to the queue has committed (after its commit
 // returned, so a transaction started after the wake-up sees the entries), or
 // when something else may give this consumer entries or an error: another
-// consumer released partitions it left unread, a rescale, a truncate, the
+// consumer released partitions it left unread or that a consumer skipped
+// (leased), a lease's transaction ended without releasing it, a rescale, a truncate, the
 // group or queue removed, the backend closed. Wake-ups are in-process and
 // per queue (a consumer may wake to find the new entries in another
 // instance's partitions).
@@ -169,7 +171,10 @@ func (c *consumer) leaseLocked(p int) *work {
 	}
 	s := c.g.slots[p]
 	if s.owner != nil && !c.leaseEndedLocked(s) {
-		c.q.leaseWait.Store(true) // the background loop wakes us if it ends
+		// The release wakes us (the owner may not come back for what it
+		// left), and so does the background loop if its tx ends without one.
+		s.skipped = true
+		c.q.leaseWait.Store(true)
 		return nil
 	}
 	s.resolve(c.t)
@@ -183,14 +188,15 @@ func (c *consumer) leaseLocked(p int) *work {
 }
 
 // leaseEndedLocked reports whether the transaction holding s's lease had
-// ended when c's transaction started, and never staged nor persisted: then
-// it did not commit and never will (an ended transaction cannot), so the
-// committed state in memory is the slot's, and the lease can be taken
-// over. One that staged may have committed, with its PostCommit (which
-// publishes the new state and releases the lease) still to run; it ends
-// the lease itself, as does a rollback. The owner's late rollback leaves a
-// taken-over slot alone (releaseAll, Rollback check the owner), and its
-// Persist refuses to write one (checkLeasesLocked). Under q.mu.
+// ended when c's transaction started, and never staged, persisted nor
+// began its rollback: then it did not commit and never will (an ended
+// transaction cannot), so the committed state in memory is the slot's, and
+// the lease can be taken over. One that staged may have committed, with its
+// PostCommit (which publishes the new state and releases the lease) still
+// to run; it ends the lease itself, as does a rollback under way. A dead
+// transaction's later Dequeue, Rollback and release leave a taken-over slot
+// alone (they check the owner), and its Persist refuses to write one
+// (checkLeasesLocked). Under q.mu.
 func (c *consumer) leaseEndedLocked(s *slot) bool {
 	id := s.ownerTx
 	if id > c.t.ReadPointer() {
@@ -199,7 +205,7 @@ func (c *consumer) leaseEndedLocked(s *slot) bool {
 	if _, inProgress := slices.BinarySearch(c.t.InProgress(), id); inProgress {
 		return false
 	}
-	return s.owner.staged.Load() != id
+	return s.owner.ending.Load() != id
 }
 
 // Dequeue implements queue.ConsumerDriver. The entries are gathered in a
@@ -277,11 +283,12 @@ func (c *consumer) DequeueAppend(dst []queue.Entry, max int) ([]queue.Entry, err
 		}
 		if !had && !w.changed {
 			c.q.mu.Lock()
-			if w.slot.owner == c { // else taken over meanwhile: c's tx had ended
-				w.slot.owner = nil
-			}
+			wake := c.releaseLocked(w.slot)
 			delete(c.work, p)
 			c.q.mu.Unlock()
+			if wake {
+				c.q.notify()
+			}
 		}
 	}
 	if len(out) >= max {
@@ -557,10 +564,13 @@ func (c *consumer) ChangeKeys() [][]byte { return nil }
 func (c *consumer) Store() any { return c.b.db }
 
 // Stage implements tx.Stager: the new cursor states commit with the step.
-// Marked staged first: a taker that sees this transaction ended after its
+// Marked ending first: a taker that sees this transaction ended after its
 // commit (which follows) must wait for its PostCommit.
 func (c *consumer) Stage(dst []tx.Write) ([]tx.Write, error) {
-	c.staged.Store(c.t.ID)
+	if c.t == nil {
+		return dst, nil // no transaction: nothing leased, nothing to write
+	}
+	c.ending.Store(c.t.ID)
 	for p, w := range c.work {
 		if w.changed {
 			dst = append(dst, tx.Write{
@@ -574,6 +584,9 @@ func (c *consumer) Stage(dst []tx.Write) ([]tx.Write, error) {
 
 // Persist (general path) writes the new state next to the committed one.
 func (c *consumer) Persist() error {
+	if c.t == nil {
+		return nil // no transaction: nothing leased, nothing to write
+	}
 	c.q.mu.Lock()
 	err := c.checkLeasesLocked()
 	c.q.mu.Unlock()
@@ -607,7 +620,7 @@ func (c *consumer) Persist() error {
 	return c.b.sync()
 }
 
-// checkLeasesLocked marks the transaction staged, so that its leases are
+// checkLeasesLocked marks the transaction ending, so that its leases are
 // no longer taken over, unless one was already: the transaction timed out
 // and another took the partition, whose state it must not overwrite.
 // Under q.mu.
@@ -618,7 +631,7 @@ func (c *consumer) checkLeasesLocked() error {
 				c.q.name, c.g.meta.Name, p, c.t.ID, tx.ErrNotInProgress)
 		}
 	}
-	c.staged.Store(c.t.ID)
+	c.ending.Store(c.t.ID)
 	return nil
 }
 
@@ -668,6 +681,11 @@ func (c *consumer) Rollback() error {
 	ws := c.rolled[:0]
 	write := c.persisted
 	c.q.mu.Lock()
+	if c.t != nil {
+		// From here its leases are not taken over: the moves kept below
+		// are of the state it leased, which a taker's commit moves on.
+		c.ending.Store(c.t.ID)
+	}
 	for p, w := range c.work {
 		if w.changed {
 			k := rolledWork{p: p, w: w, keep: w.delivered == 0 && w.expired == 0 && w.slot.owner == c, hold: w.slot.hold != 0}
@@ -676,6 +694,9 @@ func (c *consumer) Rollback() error {
 		}
 	}
 	c.q.mu.Unlock()
+	if rollbackTestHook != nil {
+		rollbackTestHook()
+	}
 	defer func() { clear(ws); c.rolled = ws[:0] }()
 	var err error
 	wrote := false
@@ -733,6 +754,10 @@ func (c *consumer) Rollback() error {
 	return err
 }
 
+// rollbackTestHook, if set, runs in Rollback between its look at the
+// leases and its changes to them (tests: to try a takeover there).
+var rollbackTestHook func()
+
 // releaseAll gives the leased partitions back. When the transaction left
 // entries behind in them (a Dequeue stopped at max, or, with rolledBack,
 // delivered entries go back), waiting consumers are woken.
@@ -744,8 +769,8 @@ func (c *consumer) releaseAll(rolledBack bool) {
 	}
 	c.q.mu.Lock()
 	for p, w := range c.work {
-		if w.slot.owner == c {
-			w.slot.owner = nil
+		if c.releaseLocked(w.slot) {
+			wake = true
 		}
 		if rolledBack && w.delivered > 0 {
 			wake = true
@@ -756,4 +781,17 @@ func (c *consumer) releaseAll(rolledBack bool) {
 	if wake {
 		c.q.notify()
 	}
+}
+
+// releaseLocked ends c's lease of s, if c still holds it (else it was taken
+// over: c's transaction had ended). It reports whether a consumer skipped
+// s while it was leased: that one may be waiting, and must be woken. Under
+// q.mu.
+func (c *consumer) releaseLocked(s *slot) (wake bool) {
+	if s.owner != c {
+		return false
+	}
+	s.owner = nil
+	wake, s.skipped = s.skipped, false
+	return wake
 }

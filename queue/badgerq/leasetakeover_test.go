@@ -3,10 +3,13 @@ package badgerq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/flowrun/flowrun/queue"
 	"github.com/flowrun/flowrun/queue/queuetest"
@@ -168,4 +171,107 @@ func TestDeadLeaseReadKeepsTakersLease(t *testing.T) {
 	}
 	must(takerCtx.Finish())
 	_ = deadCtx.Abort(nil)
+}
+
+// A consumer that skipped a leased partition and found nothing else waits
+// for a wake-up; the lease's release must give it one when the owner does
+// not come back for what it left: here the owner's instance was scaled
+// away, and an entry committed after its snapshot stayed in the partition
+// until some producer committed again.
+func TestReleaseWakesConsumerThatSkipped(t *testing.T) {
+	e := newEnv(t, true, func(o *Options) { o.EvictInterval = -1 })
+	must := mustT(t)
+	must(e.Queues.CreateQueue("q", queue.Config{Partitions: 2}))
+	must(e.Queues.AddGroup("q", queue.Group{Name: "g", Strategy: queue.Hash, Instances: 2}))
+	var key []byte // one that goes to partition 1, instance 1's
+	for i := 0; key == nil; i++ {
+		if k := fmt.Appendf(nil, "k%d", i); xxhash.Sum64(k)%2 == 1 {
+			key = k
+		}
+	}
+	p, _ := e.Queues.Producer("q")
+	enqueue := func(s string) {
+		must(queuetest.Step(e.Coord, func() error {
+			return p.Enqueue(context.Background(), queue.Event{Payload: []byte(s), Key: key})
+		}, p))
+	}
+	enqueue("a")
+	c1, _ := e.Queues.Consumer("q", "g", 1)
+	ctx1 := e.Coord.NewContext(c1)
+	_, err := ctx1.Start(time.Minute)
+	must(err)
+	if got, err := c1.Dequeue(10); err != nil || len(got) != 1 {
+		t.Fatalf("instance 1 got %d (%v), want a", len(got), err)
+	}
+	enqueue("b") // after instance 1's snapshot
+	must(e.Queues.Rescale("q", "g", 1))
+
+	c0, _ := e.Queues.Consumer("q", "g", 0)
+	ready := c0.(queue.Notifier).Ready()
+	var got []queue.Entry
+	must(queuetest.Step(e.Coord, func() (err error) { got, err = c0.Dequeue(10); return err }, c0))
+	if len(got) != 0 {
+		t.Fatalf("instance 0 read %d entries of a partition leased by instance 1", len(got))
+	}
+	must(ctx1.Finish())
+	select {
+	case <-ready:
+	default:
+		t.Fatal("instance 1 released the partition instance 0 skipped without waking it")
+	}
+	must(queuetest.Step(e.Coord, func() (err error) { got, err = c0.Dequeue(10); return err }, c0))
+	if len(got) != 1 || string(got[0].Payload) != "b" {
+		t.Fatalf("instance 0 got %d entries, want b", len(got))
+	}
+}
+
+// Stage and Persist outside a transaction (a misused participant) write
+// nothing and do not panic.
+func TestStagePersistWithoutTx(t *testing.T) {
+	e := newEnv(t, true)
+	fifoQueue(t, e.Queues, e.Coord, 1)
+	c, _ := e.Queues.Consumer("q", "g", 0)
+	if ws, err := c.(tx.Stager).Stage(nil); err != nil || len(ws) != 0 {
+		t.Fatalf("Stage without a transaction: %d writes, %v", len(ws), err)
+	}
+	if err := c.Persist(); err != nil {
+		t.Fatalf("Persist without a transaction: %v", err)
+	}
+}
+
+// A consumer whose transaction timed out rolls back late, keeping the moves
+// of a read that delivered nothing; a peer took its partition over between
+// Rollback's look at the lease and its keeping the moves, and committed an
+// entry: the kept moves then replaced the peer's committed state (behind
+// it), and the entry came again.
+func TestLateRollbackKeepsNoMovesOverTaker(t *testing.T) {
+	e := newEnv(t, true)
+	must := mustT(t)
+	enqueue := fifoQueue(t, e.Queues, e.Coord, 3)
+	late, _ := e.Queues.Consumer("q", "g", 0)
+	peer, _ := e.Queues.Consumer("q", "g", 1)
+	third, _ := e.Queues.Consumer("q", "g", 2)
+	lateCtx := e.Coord.NewContext(late)
+	lateTx, err := lateCtx.Start(time.Millisecond)
+	must(err)
+	enqueue("a") // after the late snapshot: its read moves over it, delivering nothing
+	if got, err := late.Dequeue(10); err != nil || len(got) != 0 {
+		t.Fatalf("late consumer read %d (%v), want nothing", len(got), err)
+	}
+	for slices.Contains(e.Coord.InProgress(), lateTx.ID) {
+		e.Coord.ExpireTimedOut()
+		time.Sleep(time.Millisecond)
+	}
+	var during []queue.Entry
+	rollbackTestHook = func() {
+		rollbackTestHook = nil
+		must(queuetest.Step(e.Coord, func() (err error) { during, err = peer.Dequeue(10); return err }, peer))
+	}
+	defer func() { rollbackTestHook = nil }()
+	must(lateCtx.Abort(nil))
+	var after []queue.Entry
+	must(queuetest.Step(e.Coord, func() (err error) { after, err = third.Dequeue(10); return err }, third))
+	if n := len(during) + len(after); n != 1 {
+		t.Fatalf("a delivered %d times (%d during the late rollback, %d after)", n, len(during), len(after))
+	}
 }
