@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,20 +120,28 @@ func TestCommittedLeaseNotTakenOverBeforePostCommit(t *testing.T) {
 	}
 }
 
+// deadConsumer opens a fast-path backend with queue q (one partition, FIFO
+// group g of three instances) and starts instance 0's transaction with a
+// 1 ms timeout, for the test to let it time out.
+func deadConsumer(t *testing.T) (*queuetest.Env, func(...string), queue.Consumer, *tx.Context, *tx.Tx) {
+	e := newEnv(t, true)
+	enqueue := fifoQueue(t, e.Queues, e.Coord, 3)
+	c, _ := e.Queues.Consumer("q", "g", 0)
+	ctx := e.Coord.NewContext(c)
+	t0, err := ctx.Start(time.Millisecond)
+	mustT(t)(err)
+	return e, enqueue, c, ctx, t0
+}
+
 // A consumer whose transaction had ended leased an idle-looking partition in
 // it, a peer took the lease over while it read, and the read changed
 // nothing: the dead consumer then let the partition go, the peer's lease
 // with it, and a third consumer read what the peer's open transaction held.
 func TestDeadLeaseReadKeepsTakersLease(t *testing.T) {
-	e := newEnv(t, true)
+	e, enqueue, dead, deadCtx, deadTx := deadConsumer(t)
 	must := mustT(t)
-	enqueue := fifoQueue(t, e.Queues, e.Coord, 3)
-	dead, _ := e.Queues.Consumer("q", "g", 0)
 	taker, _ := e.Queues.Consumer("q", "g", 1)
 	third, _ := e.Queues.Consumer("q", "g", 2)
-	deadCtx := e.Coord.NewContext(dead)
-	deadTx, err := deadCtx.Start(time.Millisecond)
-	must(err)
 	// The group's position moves past what the dead transaction may see,
 	// and a newer entry waits: its read settles nothing.
 	enqueue("a")
@@ -144,13 +151,10 @@ func TestDeadLeaseReadKeepsTakersLease(t *testing.T) {
 		t.Fatalf("got %d, want a", len(got))
 	}
 	enqueue("b")
-	for slices.Contains(e.Coord.InProgress(), deadTx.ID) {
-		e.Coord.ExpireTimedOut()
-		time.Sleep(time.Millisecond)
-	}
+	queuetest.WaitEnded(t, e.Coord, deadTx)
 
 	takerCtx := e.Coord.NewContext(taker)
-	_, err = takerCtx.Start(time.Minute)
+	_, err := takerCtx.Start(time.Minute)
 	must(err)
 	var taken []queue.Entry
 	leasedTestHook = func(int) {
@@ -245,23 +249,15 @@ func TestStagePersistWithoutTx(t *testing.T) {
 // entry: the kept moves then replaced the peer's committed state (behind
 // it), and the entry came again.
 func TestLateRollbackKeepsNoMovesOverTaker(t *testing.T) {
-	e := newEnv(t, true)
+	e, enqueue, late, lateCtx, lateTx := deadConsumer(t)
 	must := mustT(t)
-	enqueue := fifoQueue(t, e.Queues, e.Coord, 3)
-	late, _ := e.Queues.Consumer("q", "g", 0)
 	peer, _ := e.Queues.Consumer("q", "g", 1)
 	third, _ := e.Queues.Consumer("q", "g", 2)
-	lateCtx := e.Coord.NewContext(late)
-	lateTx, err := lateCtx.Start(time.Millisecond)
-	must(err)
 	enqueue("a") // after the late snapshot: its read moves over it, delivering nothing
 	if got, err := late.Dequeue(10); err != nil || len(got) != 0 {
 		t.Fatalf("late consumer read %d (%v), want nothing", len(got), err)
 	}
-	for slices.Contains(e.Coord.InProgress(), lateTx.ID) {
-		e.Coord.ExpireTimedOut()
-		time.Sleep(time.Millisecond)
-	}
+	queuetest.WaitEnded(t, e.Coord, lateTx)
 	var during []queue.Entry
 	rollbackTestHook = func() {
 		rollbackTestHook = nil

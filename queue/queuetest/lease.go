@@ -43,7 +43,7 @@ func lostConsumer(t *testing.T, e *Env, s queue.Strategy, lateFinish bool) {
 	if len(held) == 0 {
 		t.Fatal("the consumer to lose got nothing")
 	}
-	waitEnded(t, e, lostTx)
+	WaitEnded(t, e.Coord, lostTx)
 
 	takerInstance := 0 // hash, round robin: the same instance's partitions
 	if s == queue.FIFO {
@@ -132,16 +132,16 @@ func lostConsumerWakes(t *testing.T, e *Env) {
 	expectExactly(t, payloads(all), "e", 10)
 }
 
-// waitEnded waits until the coordinator has timed t0 out (the bound only
+// WaitEnded waits until coordinator c has timed t0 out (the bound only
 // guards against a hang).
-func waitEnded(t *testing.T, e *Env, t0 *tx.Tx) {
+func WaitEnded(t testing.TB, c *tx.Coordinator, t0 *tx.Tx) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for slices.Contains(e.Coord.InProgress(), t0.ID) {
+	for slices.Contains(c.InProgress(), t0.ID) {
 		if time.Now().After(deadline) {
 			t.Fatalf("tx %d still in progress 30 s after its timeout", t0.ID)
 		}
-		e.Coord.ExpireTimedOut()
+		c.ExpireTimedOut()
 		time.Sleep(time.Millisecond)
 	}
 }
