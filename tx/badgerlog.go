@@ -528,6 +528,9 @@ func (l *BadgerLog) syncSnapshot() error {
 		return nil
 	}
 	err := l.hooks.gatedSync(l.syncer.sync)
+	if err == nil && l.hooks != nil {
+		err = l.hooks.failure() // a sync at a rotation, as a group sync checks
+	}
 	if err == nil {
 		return nil
 	}
