@@ -113,10 +113,11 @@ func (l *FileLog) Recover() (*State, []Edit, error) {
 	}
 	// A snapshot's temporary file left by a crash (or a failed write) is
 	// never one (the rename makes it so) and no later snapshot reuses its
-	// name: without this each stayed on disk for good.
-	if stale, err := filepath.Glob(filepath.Join(l.dir, "snap-*.bin.tmp")); err == nil {
-		for _, p := range stale {
-			os.Remove(p)
+	// name: without this each stayed on disk for good. (Listed, not
+	// globbed: a directory named logs[1] would match logs1's.)
+	if stale, err := l.list("snap-", ".bin.tmp"); err == nil {
+		for _, seq := range stale {
+			os.Remove(l.snapPath(seq) + ".tmp")
 		}
 	}
 	snaps, err := l.list("snap-", ".bin")

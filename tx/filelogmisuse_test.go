@@ -92,3 +92,24 @@ func TestRecoveryRemovesStaleSnapshotTemp(t *testing.T) {
 		t.Fatalf("%s after recovery: %v", filepath.Base(stale), err)
 	}
 }
+
+// The stale temporary files are found by name in the log's directory, not
+// by a glob built from its path: in a directory named logs[1] the glob
+// matched logs1's, and recovery deleted the snapshot another log was
+// writing there.
+func TestRecoveryRemovesOnlyItsOwnSnapshotTemp(t *testing.T) {
+	parent := t.TempDir()
+	dir, sibling := filepath.Join(parent, "logs[1]"), filepath.Join(parent, "logs1")
+	if err := os.Mkdir(sibling, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	others := filepath.Join(sibling, "snap-0000000000000002.bin.tmp")
+	if err := os.WriteFile(others, []byte("being written"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := openFileCoord(t, dir, Options{})
+	defer c.Close()
+	if _, err := os.Stat(others); err != nil {
+		t.Fatalf("another log's snapshot being written, after recovery: %v", err)
+	}
+}
