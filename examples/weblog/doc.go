@@ -9,6 +9,9 @@
 //   - e2e_test.go is the exactly-once test: the app killed with SIGKILL (its
 //     plugin processes too) at random moments and restarted, then drained;
 //     its exported results must equal the independent verifier's exactly.
+//   - kill_test.go runs the app for the tests (weblogApp) and checks what a
+//     kill leaves: the store locked a moment by a plugin process started
+//     between fork and exec (waitStoreFree), and no process left running.
 //
 // The subpackages: flowlets (the flowlet types), cmd/weblog (the CLI with
 // them built in), gen (a synthetic log), export (results from the store),
