@@ -161,6 +161,17 @@ func checkSplitSink(t *testing.T, a *App, upTo int) {
 // then ends (the stdin_source of an app opened meanwhile reads it).
 func pipeStdin(t *testing.T, input string) {
 	t.Helper()
+	w := openStdinPipe(t)
+	go func() {
+		w.WriteString(input)
+		w.Close()
+	}()
+}
+
+// openStdinPipe makes os.Stdin, for the test, a pipe; it returns the
+// pipe's writer, which the test closes.
+func openStdinPipe(t *testing.T) *os.File {
+	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -168,10 +179,7 @@ func pipeStdin(t *testing.T, input string) {
 	old := os.Stdin
 	os.Stdin = r
 	t.Cleanup(func() { os.Stdin = old; r.Close() })
-	go func() {
-		w.WriteString(input)
-		w.Close()
-	}()
+	return w
 }
 
 // SplitFaultEnv, set in a crash test child's environment, gives the
