@@ -973,8 +973,8 @@ func (b *Backend) wakeLeaseWaiters() {
 		q.mu.Lock()
 		for _, g := range q.groups {
 			for _, s := range g.slots {
-				if s.owner == nil {
-					continue
+				if s.owner == nil || !s.skipped {
+					continue // nobody waits for it
 				}
 				if _, ok := slices.BinarySearch(inProgress, s.ownerTx); !ok && s.owner.ending.Load() != s.ownerTx {
 					ended = true

@@ -23,15 +23,30 @@ func testLostConsumer(t *testing.T, e *Env) {
 			t.Run(string(s)+"/late_"+late, func(t *testing.T) { lostConsumer(t, e, s, late == "finish") })
 		}
 	}
+	t.Run("hash/same_consumer_new_tx", func(t *testing.T) { lostConsumerReused(t, e) })
 	t.Run("wakes_waiting_peer", func(t *testing.T) { lostConsumerWakes(t, e) })
+}
+
+// lostConsumerReused: the consumer whose transaction was given up is used
+// again in a new transaction (its owner gave the old one up): it gets the
+// entries again, once.
+func lostConsumerReused(t *testing.T, e *Env) {
+	keyedQueue(t, e, "lost-reused", 2, queue.Group{Name: "g", Strategy: queue.Hash, Instances: 1}, 10)
+	c, err := e.Queues.Consumer("lost-reused", "g", 0)
+	must(t, err)
+	lostTx, err := e.Coord.NewContext(c).Start(time.Millisecond)
+	must(t, err)
+	if held, err := c.Dequeue(10); err != nil || len(held) != 10 {
+		t.Fatalf("the consumer got %d entries (%v), want 10", len(held), err)
+	}
+	WaitEnded(t, e.Coord, lostTx)
+	expectExactly(t, payloads(drain(t, e, c, 4)), "e", 10)
 }
 
 func lostConsumer(t *testing.T, e *Env, s queue.Strategy, lateFinish bool) {
 	qn := fmt.Sprintf("lost-%s-%v", s, lateFinish)
-	must(t, e.Queues.CreateQueue(qn, queue.Config{Partitions: 4}))
-	must(t, e.Queues.AddGroup(qn, queue.Group{Name: "g", Strategy: s, Instances: 2}))
 	const n = 40
-	produce(t, e, qn, "e", n, n, func(i int) []byte { return []byte(fmt.Sprint(i)) })
+	keyedQueue(t, e, qn, 4, queue.Group{Name: "g", Strategy: s, Instances: 2}, n)
 
 	lost, err := e.Queues.Consumer(qn, "g", 0)
 	must(t, err)
@@ -98,9 +113,7 @@ func lostConsumer(t *testing.T, e *Env, s queue.Strategy, lateFinish bool) {
 // transaction that later times out, and waits, is woken (nothing else will
 // commit to the queue) and takes the partitions over.
 func lostConsumerWakes(t *testing.T, e *Env) {
-	must(t, e.Queues.CreateQueue("lost-wake", queue.Config{Partitions: 2}))
-	must(t, e.Queues.AddGroup("lost-wake", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 2}))
-	produce(t, e, "lost-wake", "e", 10, 10, func(i int) []byte { return []byte(fmt.Sprint(i)) })
+	keyedQueue(t, e, "lost-wake", 2, queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 2}, 10)
 	peer, err := e.Queues.Consumer("lost-wake", "g", 1)
 	must(t, err)
 	nt, ok := peer.(queue.Notifier)
@@ -130,6 +143,14 @@ func lostConsumerWakes(t *testing.T, e *Env) {
 	}
 	all := append(got, drain(t, e, peer, 10)...)
 	expectExactly(t, payloads(all), "e", 10)
+}
+
+// keyedQueue creates queue qn with group g and commits n events e-0 … e-(n-1)
+// in one transaction, each with its own key.
+func keyedQueue(t *testing.T, e *Env, qn string, partitions int, g queue.Group, n int) {
+	must(t, e.Queues.CreateQueue(qn, queue.Config{Partitions: partitions}))
+	must(t, e.Queues.AddGroup(qn, g))
+	produce(t, e, qn, "e", n, n, func(i int) []byte { return []byte(fmt.Sprint(i)) })
 }
 
 // WaitEnded waits until coordinator c has timed t0 out (the bound only
