@@ -267,7 +267,10 @@ func Open(opts Options) (*Coordinator, error) {
 }
 
 // Close stops the sweeper and flushes and closes the log. Transactions still in
-// progress are recovered as in progress by the next Open.
+// progress that the log knows (long ones, and short ones past CanCommit or a
+// Checkpoint) are recovered as in progress by the next Open, until they time
+// out; a short one before its CanCommit wrote nothing and is forgotten (its
+// pointer is never reused).
 func (c *Coordinator) Close() error {
 	c.mu.Lock()
 	if c.closed {
