@@ -549,3 +549,32 @@ func TestCounterScanZeroSum(t *testing.T) {
 		s.abort()
 	})
 }
+
+// TestClosedDB: a Store whose DB was closed under it (a read racing the
+// app's shutdown) gives errors wrapping badger.ErrDBClosed: reads did
+// panic (Badger panics on an iterator of a closed DB), and Persist hung
+// for good (Badger's WriteBatch waits on the closed DB's oracle).
+func TestClosedDB(t *testing.T) {
+	e := newEnv(t, false)
+	s := e.store(t)
+	st := e.begin(t, s)
+	st.put("t", "a", "1")
+	st.commit()
+	st = e.begin(t, s)
+	st.put("t", "b", "2")
+	if err := e.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, getErr := s.Table("t").Get([]byte("a"))
+	_, countErr := s.Counters("c").Get([]byte("a"))
+	it := s.Table("t").Scan(flowlet.ScanOptions{})
+	it.Next()
+	cit := s.Counters("c").Scan(flowlet.ScanOptions{})
+	cit.Next()
+	for what, err := range map[string]error{"get": getErr, "count": countErr, "scan": it.Err(), "scan counters": cit.Err(),
+		"commit": st.ctx.Finish()} {
+		if !errors.Is(err, badger.ErrDBClosed) {
+			t.Errorf("%s: %v, want ErrDBClosed", what, err)
+		}
+	}
+}

@@ -108,10 +108,23 @@ func (s *Store) view() (*badger.Txn, error) {
 	if s.tx == nil {
 		return nil, ErrNoTransaction
 	}
+	if err := s.closedErr(); err != nil {
+		return nil, err
+	}
 	if s.rtxn == nil {
 		s.rtxn = s.db.NewTransaction(false)
 	}
 	return s.rtxn, nil
+}
+
+// closedErr reports a DB closed under the Store (a read racing a shutdown):
+// Badger panics on an iterator of a closed DB, and its WriteBatch waits
+// for good.
+func (s *Store) closedErr() error {
+	if s.db.IsClosed() {
+		return fmt.Errorf("state: %w", badger.ErrDBClosed)
+	}
+	return nil
 }
 
 func (s *Store) reset() {
@@ -204,6 +217,9 @@ func (s *Store) Persist() error {
 	if err != nil || len(writes) == 0 {
 		return err
 	}
+	if err := s.closedErr(); err != nil {
+		return err
+	}
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	for _, w := range writes {
@@ -229,6 +245,9 @@ func (s *Store) Rollback() error {
 	s.tx = nil
 	if len(s.persisted) == 0 {
 		return nil
+	}
+	if err := s.closedErr(); err != nil {
+		return err
 	}
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
