@@ -130,9 +130,11 @@ func (m *model) commit(x *modelTx) {
 	m.commits = append(m.commits, c)
 }
 
-// Keys with the bytes the encoding escapes (0x00), the empty key, and keys
-// that are prefixes of others.
-var modelKeys = []string{"", "a", "a\x00", "a\x00b", "a\x00\x01", "ab", "a\xff", "b", "\x00", "\xff", "\x00\xff"}
+// Keys with the bytes the encoding escapes (0x00), the empty key, keys
+// that are prefixes of others, and the largest key, which escapes to twice
+// its size.
+var modelKeys = []string{"", "a", "a\x00", "a\x00b", "a\x00\x01", "ab", "a\xff", "b", "\x00", "\xff", "\x00\xff",
+	strings.Repeat("\x00", flowlet.MaxKeySize)}
 
 func randomScan(rng *rand.Rand) flowlet.ScanOptions {
 	pick := func() []byte {
