@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,9 @@ type env struct {
 	coord *tx.Coordinator
 	dir   string
 	fast  bool
+	// valueLogFile, when set, is Badger's value log file size: a value
+	// over it is refused.
+	valueLogFile int64
 }
 
 // newEnv opens a Badger DB and a coordinator. fast: the coordinator logs to a
@@ -33,8 +37,12 @@ func newEnv(t testing.TB, fast bool) *env {
 
 func (e *env) open(t testing.TB) {
 	t.Helper()
-	db, err := badger.Open(badger.DefaultOptions(e.dir).WithLogger(nil).
-		WithMemTableSize(8 << 20).WithNumMemtables(2).WithBlockCacheSize(4 << 20))
+	o := badger.DefaultOptions(e.dir).WithLogger(nil).
+		WithMemTableSize(8 << 20).WithNumMemtables(2).WithBlockCacheSize(4 << 20)
+	if e.valueLogFile > 0 {
+		o = o.WithValueLogFileSize(e.valueLogFile)
+	}
+	db, err := badger.Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -576,5 +584,35 @@ func TestClosedDB(t *testing.T) {
 		if !errors.Is(err, badger.ErrDBClosed) {
 			t.Errorf("%s: %v, want ErrDBClosed", what, err)
 		}
+	}
+}
+
+// TestRefusedWrite: a step with a value Badger refuses (over its value log
+// file size) after many others commits nothing. On the fast path nothing
+// is written; on the persist path Badger's write batches have committed
+// part of the step before the refusal, and Rollback removes them.
+func TestRefusedWrite(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		e := &env{dir: t.TempDir(), fast: fast, valueLogFile: 1 << 20}
+		e.open(t)
+		t.Cleanup(func() { e.close() })
+		s := e.store(t)
+		st := e.begin(t, s)
+		for i := range 5000 { // several of Badger's write batches
+			st.put("a", fmt.Sprint(i), strings.Repeat("v", 500))
+		}
+		st.put("z", "huge", strings.Repeat("v", 2<<20))
+		if err := st.ctx.Finish(); err == nil {
+			t.Fatalf("fast %v: a refused value committed", fast)
+		}
+		if n := countKeys(t, e.db); n != 0 {
+			t.Fatalf("fast %v: %d state keys left by the refused step", fast, n)
+		}
+		st = e.begin(t, s)
+		if got := st.get("a", "0"); got != "<none>" {
+			t.Fatalf("fast %v: a write of the refused step reads %q", fast, got)
+		}
+		st.put("a", "0", "ok")
+		st.commit()
 	}
 }
