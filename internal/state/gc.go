@@ -119,9 +119,9 @@ func (s *Store) gcKey(g *gcBatch, st *GCStats, vs []gcVersion, invalid []uint64)
 	}
 	if !counter {
 		// Every version older than the newest settled one is shadowed, and
-		// so is that one if it is a delete. Deleted oldest first and that
-		// delete last, reads stay unchanged at every point, so they need no
-		// atomicity (the delete gone first would show an older value).
+		// so is that one if it is a delete. With that delete deleted last,
+		// reads stay unchanged at every point, so they need no atomicity
+		// (the delete gone first would show an older value).
 		if len(settled) > 0 {
 			for _, v := range settled[1:] {
 				dels = append(dels, v.key)
