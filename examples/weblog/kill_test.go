@@ -223,20 +223,19 @@ func TestLeftoversFoundAndKilled(t *testing.T) {
 	}
 }
 
-// preExecChild returns a child of the process pid that still runs pid's
-// executable exe (between its fork and its exec), or 0.
-func preExecChild(pid int, exe string) int {
+// children returns the children of the process pid.
+func children(pid int) []int {
+	var out []int
 	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	for _, task := range tasks {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
 		for _, c := range strings.Fields(string(b)) {
-			if l, _ := os.Readlink("/proc/" + c + "/exe"); l == exe {
-				n, _ := strconv.Atoi(c)
-				return n
+			if n, err := strconv.Atoi(c); err == nil {
+				out = append(out, n)
 			}
 		}
 	}
-	return 0
+	return out
 }
 
 // stopPreExec stops (SIGSTOP) child if it has not exec'd yet and reports
@@ -291,60 +290,77 @@ func TestKilledWhileStartingPlugin(t *testing.T) {
 
 	cmd, f := a.start(t)
 	defer f.Close()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	appExited := func() bool {
+		select {
+		case <-exited:
+			return true
+		default:
+			return false
+		}
+	}
 	var child int
 	defer func() {
 		if child != 0 {
 			_ = syscall.Kill(child, syscall.SIGCONT)
 		}
 		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-done
+		<-exited
 		checkNoLeftovers(t, a.mark)
 	}()
+	tail := func() []byte { b, _ := os.ReadFile(a.stderr); return b }
 
 	// Plugin processes are started before the store is opened and after
 	// (the second instance, restarts): once the app runs, kill its plugin
 	// processes until a restart is caught between fork and exec.
-	for running := false; !running; time.Sleep(5 * time.Millisecond) {
-		b, _ := os.ReadFile(a.stderr)
-		running = bytes.Contains(b, []byte("msg=running"))
-		select {
-		case err := <-done:
-			t.Fatalf("the app exited before it ran: %v\n%s", err, b)
-		default:
+	for !bytes.Contains(tail(), []byte("msg=running")) {
+		if appExited() {
+			t.Fatalf("the app exited before it ran: %v\n%s", waitErr, tail())
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	const maxPluginKills = 200
-	for kills := 0; child == 0; kills++ {
-		if kills == maxPluginKills {
-			t.Fatalf("no plugin restart caught between fork and exec in %d plugin kills", kills)
-		}
-		select {
-		case err := <-done:
-			b, _ := os.ReadFile(a.stderr)
-			t.Fatalf("the app exited: %v\n%s", err, b)
-		default:
+	kills := 0
+	for child == 0 {
+		if appExited() {
+			t.Fatalf("the app exited: %v\n%s", waitErr, tail())
 		}
 		pids := pluginPIDs(cmd.Process.Pid)
-		if len(pids) == 0 {
+		if len(pids) == 0 { // being restarted
+			time.Sleep(time.Millisecond)
 			continue
 		}
+		if kills++; kills > maxPluginKills {
+			t.Fatalf("no plugin restart caught between fork and exec in %d plugin kills", maxPluginKills)
+		}
+		before := map[int]bool{}
+		for _, c := range children(cmd.Process.Pid) {
+			before[c] = true
+		}
 		_ = syscall.Kill(pids[0], syscall.SIGKILL)
-		// The app restarts the plugin at the next call, after a backoff.
-		for deadline := time.Now().Add(2 * time.Second); child == 0 && time.Now().Before(deadline); {
-			if c := preExecChild(cmd.Process.Pid, a.flowrun); c != 0 && stopPreExec(c, a.flowrun) {
-				child = c
+		// The app restarts the plugin at its next call, after a backoff:
+		// catch the new child before its exec, or give up on it once it
+		// exec'd.
+		for restarted := false; !restarted && !appExited(); {
+			for _, c := range children(cmd.Process.Pid) {
+				if before[c] {
+					continue
+				}
+				if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", c)); l == a.flowrun && stopPreExec(c, a.flowrun) {
+					child = c
+				}
+				restarted = true
 			}
 		}
 	}
-	t.Logf("caught plugin process %d between fork and exec", child)
+	t.Logf("caught plugin process %d between fork and exec (plugin kill %d)", child, kills)
 
 	_ = cmd.Process.Signal(syscall.SIGKILL)
-	if err := <-done; err == nil {
+	if <-exited; waitErr == nil {
 		t.Fatal("the app drained before its kill")
 	}
-	done <- nil // for the deferred wait
 
 	var held string
 	if err := waitStoreFree(a.data, func(h string) {
