@@ -89,10 +89,10 @@ var (
 // returned, so a transaction started after the wake-up sees the entries), or
 // when something else may give this consumer entries or an error: another
 // consumer released partitions it left unread or that a consumer skipped
-// (leased), a lease's transaction ended without releasing it, a rescale, a truncate, the
-// group or queue removed, the backend closed. Wake-ups are in-process and
-// per queue (a consumer may wake to find the new entries in another
-// instance's partitions).
+// (leased), a lease's transaction ended without releasing it, a rescale, a
+// truncate, the group or queue removed, the backend closed. Wake-ups are
+// in-process and per queue (a consumer may wake to find the new entries in
+// another instance's partitions).
 func (c *consumer) Ready() <-chan struct{} { return c.q.ready() }
 
 // Gen implements queue.GenNotifier: the queue's count of wake-ups (an
