@@ -65,7 +65,8 @@ type InitContext struct {
 // conflict.
 //
 // Keys and values are byte strings; the table copies them. A key is at most
-// MaxKeySize bytes.
+// MaxKeySize bytes. A call that fails fails the event (or step) it was made
+// for, even if the flowlet ignores its error, as a failed Emit does.
 type Table interface {
 	// Get returns the value of key and whether it exists.
 	Get(key []byte) (value []byte, ok bool, err error)
@@ -79,6 +80,24 @@ type Table interface {
 
 // MaxKeySize is the largest key a Table or Counters accepts.
 const MaxKeySize = 4096
+
+// ValidStateName reports whether name is a valid Table or Counters name:
+// [a-z0-9][a-z0-9_-]{0,62}, the rule of names in the app YAML. Every call
+// on a table or counters of another name fails with ErrInvalidName.
+func ValidStateName(name string) bool {
+	if len(name) == 0 || len(name) > 63 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		switch b := name[i]; {
+		case 'a' <= b && b <= 'z', '0' <= b && b <= '9':
+		case (b == '_' || b == '-') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 var (
 	// ErrKeyTooLarge is wrapped by the error of a Table or Counters call

@@ -3,7 +3,6 @@ package state
 import (
 	"errors"
 	"fmt"
-	"regexp"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -13,8 +12,6 @@ import (
 
 // ErrNoTransaction is returned when a table is used outside a transaction.
 var ErrNoTransaction = errors.New("state: no transaction in progress")
-
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // Store holds the state of one flowlet of one app, as one tx participant. It
 // is used by one goroutine at a time (one flowlet instance); other instances
@@ -43,18 +40,18 @@ var (
 
 // Open returns the Store of flowlet in app. Names follow the app YAML's rule
 // ([a-z0-9][a-z0-9_-]{0,62}).
-func Open(db *badger.DB, app, flowlet string) (*Store, error) {
+func Open(db *badger.DB, app, flowletName string) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("state: nil DB")
 	}
-	for _, n := range []string{app, flowlet} {
-		if !nameRE.MatchString(n) {
+	for _, n := range []string{app, flowletName} {
+		if !flowlet.ValidStateName(n) {
 			return nil, fmt.Errorf("state: invalid name %q", n)
 		}
 	}
 	return &Store{
 		db:       db,
-		prefix:   KeyPrefix(app, flowlet),
+		prefix:   KeyPrefix(app, flowletName),
 		tables:   map[string]*Table{},
 		counters: map[string]*Counters{},
 	}, nil
@@ -76,7 +73,7 @@ func (s *Store) namePrefix(kind byte, name string) []byte {
 // invalid name gives a space whose every operation fails.
 func (s *Store) space(kind byte, what, name string) space {
 	sp := space{s: s, kind: what, name: name, prefix: s.namePrefix(kind, name)}
-	if !nameRE.MatchString(name) {
+	if !flowlet.ValidStateName(name) {
 		sp.err = fmt.Errorf("state: %w: %s %q (want [a-z0-9][a-z0-9_-]{0,62})", flowlet.ErrInvalidName, what, name)
 	}
 	return sp
