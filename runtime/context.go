@@ -69,10 +69,13 @@ type stepCtx struct {
 	context.Context
 	in *instance
 
-	emits   []pendingEmit
-	dead    []DeadLetter
-	emitErr error // first failed Emit of the current event
-	wrote   bool  // a state write happened
+	emits []pendingEmit
+	dead  []DeadLetter
+	// callErr is the current event's first failed Emit or state call
+	// (failed): it fails the event even if the flowlet ignored the error,
+	// else the step would commit without the emit or the write.
+	callErr error
+	wrote   bool // a state write happened
 	// writes and writeBytes: the flowlet's state writes in the step (for
 	// StepTooLargeError).
 	writes     int
@@ -255,7 +258,7 @@ func (c *stepCtx) reset(ctx context.Context) {
 	clear(c.emits)
 	c.emits = c.emits[:0]
 	c.dead = c.dead[:0]
-	c.emitErr = nil
+	c.callErr = nil
 	c.wrote = false
 	c.writes, c.writeBytes = 0, 0
 	c.tracking = false
@@ -270,7 +273,7 @@ func (c *stepCtx) empty() bool { return len(c.emits) == 0 && len(c.dead) == 0 &&
 func (c *stepCtx) begin(ev *flowlet.Event) mark {
 	c.tracking = true
 	c.event = ev
-	c.emitErr = nil
+	c.callErr = nil
 	clear(c.saved)
 	return mark{len(c.emits), len(c.dead), len(c.undo), c.writes, c.writeBytes}
 }
@@ -306,9 +309,13 @@ func (c *stepCtx) wrote1(n int) {
 
 // Emit implements flowlet.Context.
 func (c *stepCtx) Emit(output string, payload []byte, opts ...flowlet.EmitOption) error {
-	err := c.emit(output, payload, opts)
-	if err != nil && c.emitErr == nil {
-		c.emitErr = err
+	return c.failed(c.emit(output, payload, opts))
+}
+
+// failed records err, if any, as the current event's callErr and returns it.
+func (c *stepCtx) failed(err error) error {
+	if err != nil && c.callErr == nil {
+		c.callErr = err
 	}
 	return err
 }
@@ -429,7 +436,8 @@ func (v *tableView) Get(key []byte) ([]byte, bool, error) {
 		return nil, false, flowlet.ErrStepEnded
 	}
 	defer v.h.unlock()
-	return v.t.Get(key)
+	val, ok, err := v.t.Get(key)
+	return val, ok, v.c.failed(err)
 }
 
 func (v *tableView) Put(key, value []byte) error {
@@ -438,10 +446,13 @@ func (v *tableView) Put(key, value []byte) error {
 	}
 	defer v.h.unlock()
 	if err := v.save(key); err != nil {
-		return err
+		return v.c.failed(err)
+	}
+	if err := v.t.Put(key, value); err != nil {
+		return v.c.failed(err)
 	}
 	v.c.wrote1(len(key) + len(value))
-	return v.t.Put(key, value)
+	return nil
 }
 
 func (v *tableView) Delete(key []byte) error {
@@ -450,10 +461,13 @@ func (v *tableView) Delete(key []byte) error {
 	}
 	defer v.h.unlock()
 	if err := v.save(key); err != nil {
-		return err
+		return v.c.failed(err)
+	}
+	if err := v.t.Delete(key); err != nil {
+		return v.c.failed(err)
 	}
 	v.c.wrote1(len(key))
-	return v.t.Delete(key)
+	return nil
 }
 
 func (v *tableView) Scan(opts flowlet.ScanOptions) flowlet.Iterator {
@@ -476,7 +490,7 @@ func (v *counterView) Add(key []byte, delta int64) error {
 	}
 	defer v.h.unlock()
 	if err := v.t.Add(key, delta); err != nil {
-		return err
+		return v.c.failed(err)
 	}
 	v.c.wrote1(len(key) + 8)
 	if v.c.tracking {
@@ -490,7 +504,8 @@ func (v *counterView) Get(key []byte) (int64, error) {
 		return 0, flowlet.ErrStepEnded
 	}
 	defer v.h.unlock()
-	return v.t.Get(key)
+	n, err := v.t.Get(key)
+	return n, v.c.failed(err)
 }
 
 func (v *counterView) Scan(opts flowlet.ScanOptions) flowlet.CounterIterator {

@@ -1019,11 +1019,11 @@ func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait tim
 		for i := range live {
 			batch[i] = live[i].ev
 		}
-		sc.emitErr = nil
+		sc.callErr = nil
 		err := sc.call(func(c flowlet.Context) error { return in.batch.ProcessBatch(c, batch) })
 		in.batchDone(batch)
 		if err == nil {
-			err = sc.emitErr
+			err = sc.callErr
 		}
 		if err == nil {
 			return false, 0
@@ -1068,7 +1068,7 @@ func (in *instance) process(sc *stepCtx, evs []inEvent) (retryNow bool, wait tim
 			in.batchDone(one)
 		}
 		if err == nil {
-			err = sc.emitErr
+			err = sc.callErr
 		}
 		if err == nil {
 			continue
@@ -1171,7 +1171,7 @@ func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 			res, gerr = srcEnd, nil
 		}
 		if gerr == nil {
-			gerr = sc.emitErr
+			gerr = sc.callErr
 		}
 		if gerr != nil {
 			in.rollback()
@@ -1284,7 +1284,7 @@ func (in *instance) ownStep(ctx context.Context, what string, fn func(flowlet.Co
 		} else {
 			err = sc.call(fn)
 			if err == nil {
-				err = sc.emitErr
+				err = sc.callErr
 			}
 			switch {
 			case err != nil:

@@ -111,6 +111,33 @@ connections:
 	}
 }
 
+func TestStateWriteErrorsAreFailures(t *testing.T) {
+	// t_count makes a state write that fails (a key over MaxKeySize) and
+	// ignores the error: the event must fail (and reach the DLQ) as with a
+	// failed Emit, not commit with a write missing.
+	for _, op := range []string{"put", "delete", "add"} {
+		t.Run(op, func(t *testing.T) {
+			dir := t.TempDir()
+			a := runDrain(t, dir, `
+app: t
+flowlets:
+  gen: {type: generator, config: {count: 3}}
+  mid: {type: t_count, retries: {max: 0}, config: {bad_write: `+op+`}}
+connections:
+  - {from: gen, to: mid}
+`, runtime.Options{NoSync: true})
+			if n := counter(t, a, "mid", "n", "total"); n != 0 {
+				t.Errorf("failed events' counter writes committed: %d", n)
+			}
+			a.Close()
+			dl := deadLetters(t, filepath.Join(dir, "data"), "mid")
+			if len(dl) != 3 || !strings.Contains(dl[0].Error, "key") {
+				t.Fatalf("dead letters: %+v", dl)
+			}
+		})
+	}
+}
+
 func TestRestartResumes(t *testing.T) {
 	// Stop a run mid-way (context cancelled while steps are in flight), then
 	// run again to the end: every event counted exactly once.

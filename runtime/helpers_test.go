@@ -30,6 +30,7 @@ type countFlowlet struct {
 	emit               bool
 	key                string
 	ignoreEmitErr      bool
+	badWrite           string // "put", "delete" or "add": one more write with an oversized key, its error ignored
 }
 
 var flakyMu sync.Mutex
@@ -52,6 +53,7 @@ func (c *countFlowlet) Init(ic flowlet.InitContext) error {
 	c.emit, _ = cf.Bool("emit", false)
 	c.key, _ = cf.String("key", "")
 	c.ignoreEmitErr, _ = cf.Bool("ignore_emit_err", false)
+	c.badWrite, _ = cf.String("bad_write", "")
 	if v, _ := cf.String("init_error", ""); v != "" {
 		return errors.New(v)
 	}
@@ -68,6 +70,15 @@ func (c *countFlowlet) Process(ctx flowlet.Context, ev flowlet.Event) error {
 	}
 	if err := ctx.State("last").Put([]byte(ctx.Name()), ev.Payload); err != nil {
 		return err
+	}
+	tooLong := make([]byte, flowlet.MaxKeySize+1)
+	switch c.badWrite { // the error ignored, as a careless flowlet would
+	case "put":
+		_ = ctx.State("last").Put(tooLong, ev.Payload)
+	case "delete":
+		_ = ctx.State("last").Delete(tooLong)
+	case "add":
+		_ = ctx.Counters("n").Add(tooLong, 1)
 	}
 	if c.fail != "" && strings.Contains(p, c.fail) {
 		return fmt.Errorf("refusing %q", p)
