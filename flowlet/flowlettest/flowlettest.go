@@ -38,7 +38,7 @@ type Context struct {
 	counters map[string]*counters
 	emitted  []Emitted
 	pending  []Emitted
-	emitErr  error // the step's first failed Emit: it fails the step, as in the runtime
+	callErr  error // the step's first failed Emit or state call: it fails the step, as in the runtime
 	dead     []DeadLetter
 	deadPend []DeadLetter
 }
@@ -83,12 +83,7 @@ func (c *Context) RequireKey(output, name string) *Context { c.keys[output] = na
 
 // Emit implements flowlet.Context.
 func (c *Context) Emit(output string, payload []byte, opts ...flowlet.EmitOption) error {
-	fail := func(err error) error {
-		if c.emitErr == nil {
-			c.emitErr = err
-		}
-		return err
-	}
+	fail := c.failed
 	if c.outputs != nil && !slices.Contains(c.outputs, output) {
 		return fail(fmt.Errorf("flowlettest: flowlet %q has no output %q (outputs: %s)", c.name, output, strings.Join(c.outputs, ", ")))
 	}
@@ -100,6 +95,14 @@ func (c *Context) Emit(output string, payload []byte, opts ...flowlet.EmitOption
 	}
 	c.pending = append(c.pending, Emitted{Output: output, Payload: bytes.Clone(payload), EmitOptions: o})
 	return nil
+}
+
+// failed records err, if any, as the step's callErr and returns it.
+func (c *Context) failed(err error) error {
+	if err != nil && c.callErr == nil {
+		c.callErr = err
+	}
+	return err
 }
 
 // DeadLetter puts payload in the flowlet's dead-letter queue with the step,
@@ -124,7 +127,7 @@ func (c *Context) DeadLetters() []DeadLetter { return slices.Clone(c.dead) }
 func (c *Context) State(name string) flowlet.Table {
 	t, ok := c.tables[name]
 	if !ok {
-		t = &table{committed: map[string][]byte{}, buf: map[string]*[]byte{}}
+		t = &table{ctx: c, name: name, committed: map[string][]byte{}, buf: map[string]*[]byte{}}
 		c.tables[name] = t
 	}
 	return t
@@ -134,7 +137,7 @@ func (c *Context) State(name string) flowlet.Table {
 func (c *Context) Counters(name string) flowlet.Counters {
 	n, ok := c.counters[name]
 	if !ok {
-		n = &counters{committed: map[string]int64{}, buf: map[string]int64{}}
+		n = &counters{ctx: c, name: name, committed: map[string]int64{}, buf: map[string]int64{}}
 		c.counters[name] = n
 	}
 	return n
@@ -166,7 +169,9 @@ func (c *Context) Commit() {
 	}
 	for _, n := range c.counters {
 		for k, d := range n.buf {
-			n.committed[k] += d
+			if d != 0 { // as in the runtime: a step's zero sum stores nothing
+				n.committed[k] += d
+			}
 		}
 		clear(n.buf)
 	}
@@ -174,7 +179,7 @@ func (c *Context) Commit() {
 	c.pending = nil
 	c.dead = append(c.dead, c.deadPend...)
 	c.deadPend = nil
-	c.emitErr = nil
+	c.callErr = nil
 }
 
 // Abort ends the current step as failed: its writes and emits are dropped.
@@ -187,12 +192,12 @@ func (c *Context) Abort() {
 	}
 	c.pending = nil
 	c.deadPend = nil
-	c.emitErr = nil
+	c.callErr = nil
 }
 
 func (c *Context) end(err error) error {
 	if err == nil {
-		err = c.emitErr // an ignored failed Emit fails the step
+		err = c.callErr // an ignored failed Emit or state call fails the step
 	}
 	if err != nil {
 		c.Abort()
@@ -240,12 +245,12 @@ func (c *Context) Generate(f flowlet.Flowlet) error {
 		return fmt.Errorf("flowlettest: %T does not implement Generate", f)
 	}
 	err := s.Generate(c)
-	if isEndOrIdle(err) && c.emitErr == nil {
+	if isEndOrIdle(err) && c.callErr == nil {
 		c.Commit()
 		return err
 	}
 	if isEndOrIdle(err) {
-		err = c.emitErr
+		err = c.callErr
 	}
 	return c.end(err)
 }
@@ -334,19 +339,28 @@ func Event(payload string, opts ...flowlet.EmitOption) flowlet.Event {
 var eventSeq atomic.Int64
 
 type table struct {
+	ctx       *Context
+	name      string
 	committed map[string][]byte
 	buf       map[string]*[]byte // nil: deleted in this step
 }
 
-func checkKey(key []byte) error {
+// check refuses what the runtime's state refuses, as a failed call of the
+// step (see Context.failed).
+func (c *Context) check(kind, name string, key []byte) error {
+	if !flowlet.ValidStateName(name) {
+		return c.failed(fmt.Errorf("flowlettest: %w: %s %q (want [a-z0-9][a-z0-9_-]{0,62})", flowlet.ErrInvalidName, kind, name))
+	}
 	if len(key) > flowlet.MaxKeySize {
-		return fmt.Errorf("flowlettest: key of %d bytes exceeds %d", len(key), flowlet.MaxKeySize)
+		return c.failed(fmt.Errorf("flowlettest: %s %q: %w: %d bytes, at most %d", kind, name, flowlet.ErrKeyTooLarge, len(key), flowlet.MaxKeySize))
 	}
 	return nil
 }
 
+func (t *table) check(key []byte) error { return t.ctx.check("table", t.name, key) }
+
 func (t *table) Get(key []byte) ([]byte, bool, error) {
-	if err := checkKey(key); err != nil {
+	if err := t.check(key); err != nil {
 		return nil, false, err
 	}
 	if v, ok := t.buf[string(key)]; ok {
@@ -360,7 +374,7 @@ func (t *table) Get(key []byte) ([]byte, bool, error) {
 }
 
 func (t *table) Put(key, value []byte) error {
-	if err := checkKey(key); err != nil {
+	if err := t.check(key); err != nil {
 		return err
 	}
 	v := bytes.Clone(value)
@@ -372,7 +386,7 @@ func (t *table) Put(key, value []byte) error {
 }
 
 func (t *table) Delete(key []byte) error {
-	if err := checkKey(key); err != nil {
+	if err := t.check(key); err != nil {
 		return err
 	}
 	t.buf[string(key)] = nil
@@ -402,12 +416,16 @@ func (t *table) Scan(o flowlet.ScanOptions) flowlet.Iterator {
 }
 
 type counters struct {
+	ctx       *Context
+	name      string
 	committed map[string]int64
 	buf       map[string]int64
 }
 
+func (n *counters) check(key []byte) error { return n.ctx.check("counters", n.name, key) }
+
 func (n *counters) Add(key []byte, d int64) error {
-	if err := checkKey(key); err != nil {
+	if err := n.check(key); err != nil {
 		return err
 	}
 	n.buf[string(key)] += d
@@ -415,7 +433,7 @@ func (n *counters) Add(key []byte, d int64) error {
 }
 
 func (n *counters) Get(key []byte) (int64, error) {
-	if err := checkKey(key); err != nil {
+	if err := n.check(key); err != nil {
 		return 0, err
 	}
 	return n.committed[string(key)] + n.buf[string(key)], nil
@@ -427,7 +445,9 @@ func (n *counters) Scan(o flowlet.ScanOptions) flowlet.CounterIterator {
 		merged[k] += v
 	}
 	for k, v := range n.buf {
-		merged[k] += v
+		if v != 0 { // a step's zero sum stores nothing
+			merged[k] += v
+		}
 	}
 	it := &iter{}
 	for k, v := range merged {

@@ -164,3 +164,51 @@ func TestIteratorBeforeNext(t *testing.T) {
 		t.Fatal("the scan lost the entry")
 	}
 }
+
+// carelessWrite makes a state call that fails and ignores its error.
+type carelessWrite struct{ op string }
+
+func (c carelessWrite) Process(ctx flowlet.Context, ev flowlet.Event) error {
+	if err := ctx.Counters("n").Add([]byte("ok"), 1); err != nil {
+		return err
+	}
+	huge := make([]byte, flowlet.MaxKeySize+1)
+	switch c.op {
+	case "put":
+		_ = ctx.State("t").Put(huge, ev.Payload)
+	case "delete":
+		_ = ctx.State("t").Delete(huge)
+	case "add":
+		_ = ctx.Counters("n").Add(huge, 1)
+	case "bad name":
+		_ = ctx.State("Bad Name").Put([]byte("k"), ev.Payload)
+	}
+	return nil
+}
+
+// As in the runtime: a state call that failed fails the step even if the
+// flowlet ignored the error, with ErrKeyTooLarge / ErrInvalidName in the
+// chain; a counter the step summed to 0 is not stored.
+func TestStateCallErrorsFailTheStep(t *testing.T) {
+	for op, want := range map[string]error{"put": flowlet.ErrKeyTooLarge, "delete": flowlet.ErrKeyTooLarge, "add": flowlet.ErrKeyTooLarge, "bad name": flowlet.ErrInvalidName} {
+		ctx := New("c")
+		if err := ctx.Process(carelessWrite{op}, Event("x")); !errors.Is(err, want) {
+			t.Errorf("%s: step error %v, want %v", op, err, want)
+		}
+		if n := ctx.Count("n", "ok"); n != 0 {
+			t.Errorf("%s: the failed step's counter landed (%d)", op, n)
+		}
+	}
+	ctx := New("c")
+	ctx.Counters("n").Add([]byte("zero"), 1)
+	ctx.Counters("n").Add([]byte("zero"), -1)
+	it := ctx.Counters("n").Scan(flowlet.ScanOptions{})
+	for it.Next() {
+		t.Errorf("the step's own scan shows %q=%d, which its commit does not store", it.Key(), it.Count())
+	}
+	it.Close()
+	ctx.Commit()
+	if got := ctx.CountersMap("n"); len(got) != 0 {
+		t.Errorf("committed %v, want nothing", got)
+	}
+}
