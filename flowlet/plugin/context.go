@@ -28,7 +28,7 @@ type stepCtx struct {
 	packed pb.PackedEmits
 	writes []*pb.StateOp
 	dead   []*pb.DeadLetter
-	failed error // a read failed: the step must fail even if the flowlet ignores it
+	failed error // a state call failed: the step must fail even if the flowlet ignores it
 	ended  bool  // the call returned: the flowlet kept the Context too long
 	keyed  bool  // some emit of the call has keys (key_counts is filled)
 	headed bool  // some emit has a header (event time, trace id, priority)
@@ -155,7 +155,7 @@ func (c *stepCtx) reset(ctx context.Context, id uint64) {
 // response is the call's response; it is valid until the next call.
 func (c *stepCtx) response(err error) *pb.StepResponse {
 	if err == nil && c.failed != nil {
-		err = fmt.Errorf("a state read failed: %w", c.failed)
+		err = fmt.Errorf("a state call failed: %w", c.failed)
 	}
 	r := &c.resp
 	*r = pb.StepResponse{Error: wireError(err)}
@@ -254,13 +254,14 @@ func (c *stepCtx) fail(err error) error {
 }
 
 // check reports why a Context, table or counters handle of call seq cannot
-// be used with key: its call ended, or key is too long.
+// be used with key: its call ended, or key is too long (refused here, the
+// host never sees it, so it fails the call as the host's refusal would).
 func (c *stepCtx) check(seq uint64, key []byte) error {
 	if c.ended || c.seq != seq {
 		return flowlet.ErrStepEnded
 	}
 	if len(key) > flowlet.MaxKeySize {
-		return fmt.Errorf("flowrun plugin: key of %d bytes exceeds %d", len(key), flowlet.MaxKeySize)
+		return c.fail(fmt.Errorf("flowrun plugin: %w: %d bytes, at most %d", flowlet.ErrKeyTooLarge, len(key), flowlet.MaxKeySize))
 	}
 	return nil
 }

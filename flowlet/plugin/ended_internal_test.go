@@ -185,3 +185,48 @@ func TestContextKeptIntoNextStep(t *testing.T) {
 		t.Error("a kept Context is not done in the next step")
 	}
 }
+
+// carelessWriter makes a state call with a key over MaxKeySize and ignores
+// the error, as a careless flowlet would.
+type carelessWriter struct{ op string }
+
+func (c carelessWriter) ProcessBatch(ctx flowlet.Context, _ []flowlet.Event) error {
+	huge := make([]byte, flowlet.MaxKeySize+1)
+	switch c.op {
+	case "Put":
+		_ = ctx.State("t").Put(huge, []byte("v"))
+	case "Delete":
+		_ = ctx.State("t").Delete(huge)
+	case "Add":
+		_ = ctx.Counters("c").Add(huge, 1)
+	case "Get":
+		_, _, _ = ctx.State("t").Get(huge)
+	}
+	return ctx.Emit("out", []byte("x"))
+}
+
+// TestRefusedKeyFailsTheStep: the SDK refuses a key over MaxKeySize
+// itself (the host never sees it), so it must fail the step as the host
+// fails one whose state call failed: else the step commits without the
+// write. The error wraps flowlet.ErrKeyTooLarge.
+func TestRefusedKeyFailsTheStep(t *testing.T) {
+	devnull, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	defer devnull.Close()
+	for _, op := range []string{"Put", "Delete", "Add", "Get"} {
+		s := newServer(nil, func() flowlet.Flowlet { return carelessWriter{op} }, flowlet.TypeInfo{}, devnull)
+		if _, err := s.Init(context.Background(), &pb.InitRequest{Name: "careless", Instances: 1}); err != nil {
+			t.Fatal(err)
+		}
+		s.host = fakeHost{}
+		r, err := s.ProcessBatch(context.Background(), &pb.BatchRequest{Step: &pb.StepRequest{CallId: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Error == nil || len(r.Writes) != 0 || r.GetPackedEmits() != nil {
+			t.Errorf("%s of a huge key ignored: error %v, %d writes, emits %v; want a failed step with nothing", op, r.GetError(), len(r.Writes), r.GetPackedEmits())
+		}
+	}
+	if err := (&stepCtx{}).check(0, make([]byte, flowlet.MaxKeySize+1)); !errors.Is(err, flowlet.ErrKeyTooLarge) {
+		t.Errorf("check: %v, want ErrKeyTooLarge", err)
+	}
+}
