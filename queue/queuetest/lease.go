@@ -3,7 +3,9 @@ package queuetest
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -165,4 +167,61 @@ func WaitEnded(t testing.TB, c *tx.Coordinator, t0 *tx.Tx) {
 		c.ExpireTimedOut()
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// testRandomizedLostConsumers: consumers of a hash and a FIFO group, while
+// producers commit, now and then lose a transaction (left open until it
+// times out, then finished or aborted late from another goroutine) and go
+// on with a new consumer of the same instance. Every event is consumed
+// exactly once per group, by committed transactions only.
+func testRandomizedLostConsumers(t *testing.T, e *Env) {
+	const producers, perProducer = 2, 400
+	groups := hashAndFIFO(t, e, 2)
+	committed, producersDone := randomProducers(t, e, producers, perProducer)
+	total := int64(producers * perProducer)
+	var late sync.WaitGroup
+	results := consumeGroups(t, groups, total, 11, func(g queue.Group, i int, rng *rand.Rand) func() ([]queue.Entry, bool) {
+		return func() ([]queue.Entry, bool) {
+			c, err := e.Queues.Consumer("q", g.Name, i)
+			if err != nil {
+				t.Error(err)
+				return nil, false
+			}
+			if rng.IntN(6) == 0 { // lose this one
+				ctx := e.Coord.NewContext(c)
+				t0, err := ctx.Start(5 * time.Millisecond)
+				if err != nil {
+					t.Error(err)
+					return nil, false
+				}
+				if _, err := c.Dequeue(1 + rng.IntN(30)); err != nil {
+					t.Error(err)
+				}
+				finish := rng.IntN(2) == 0
+				late.Add(1)
+				go func() {
+					defer late.Done()
+					for slices.Contains(e.Coord.InProgress(), t0.ID) {
+						e.Coord.ExpireTimedOut()
+						time.Sleep(time.Millisecond)
+					}
+					if !finish {
+						ctx.Abort(nil)
+					} else if err := ctx.Finish(); !errors.Is(err, tx.ErrNotInProgress) {
+						t.Errorf("late Finish of a timed-out consumer transaction: %v", err)
+					}
+				}()
+				return nil, true
+			}
+			var got []queue.Entry
+			if err := Step(e.Coord, func() (err error) { got, err = c.Dequeue(1 + rng.IntN(30)); return err }, c); err != nil {
+				t.Error(err)
+				return nil, false
+			}
+			return got, true
+		}
+	})
+	producersDone()
+	late.Wait()
+	checkOncePerGroup(t, groups, results, committed, total)
 }

@@ -21,11 +21,42 @@ var errChaos = errors.New("chaos abort")
 // that every committed event was consumed exactly once per group.
 func testRandomized(t *testing.T, e *Env) {
 	const producers, perProducer = 4, 1500
-	must(t, e.Queues.CreateQueue("q", queue.Config{Partitions: 8}))
-	groups := []queue.Group{{Name: "h", Strategy: queue.Hash, Instances: 3}, {Name: "f", Strategy: queue.FIFO, Instances: 2}}
-	for _, g := range groups {
-		must(t, e.Queues.AddGroup("q", g))
-	}
+	groups := hashAndFIFO(t, e, 3)
+	committed, producersDone := randomProducers(t, e, producers, perProducer)
+	total := int64(producers * perProducer)
+	results := consumeGroups(t, groups, total, 9, func(g queue.Group, i int, rng *rand.Rand) func() ([]queue.Entry, bool) {
+		c, err := e.Queues.Consumer("q", g.Name, i)
+		must(t, err)
+		return func() ([]queue.Entry, bool) {
+			var got []queue.Entry
+			abort := rng.IntN(6) == 0
+			err := Step(e.Coord, func() (err error) {
+				got, err = c.Dequeue(1 + rng.IntN(50))
+				if err == nil && abort {
+					err = errChaos
+				}
+				return err
+			}, c)
+			if abort || errors.Is(err, tx.ErrConflict) {
+				return nil, true
+			}
+			if err != nil {
+				t.Error(err)
+				return nil, false
+			}
+			return got, true
+		}
+	})
+	producersDone()
+	checkOncePerGroup(t, groups, results, committed, total)
+}
+
+// randomProducers starts producers goroutines that each commit perProducer
+// events p<i>-<n> into queue q, in transactions of random sizes (a fifth
+// aborted, their events sent again), with random keys and priorities. It
+// returns the committed payloads and a function that waits for the
+// producers and checks that they committed all.
+func randomProducers(t *testing.T, e *Env, producers, perProducer int) (*sync.Map, func()) {
 	var committed sync.Map // payload → true
 	var nCommitted atomic.Int64
 	var pw sync.WaitGroup
@@ -75,36 +106,46 @@ func testRandomized(t *testing.T, e *Env) {
 			}
 		}()
 	}
-	total := int64(producers * perProducer)
-	var cw sync.WaitGroup
+	return &committed, func() {
+		pw.Wait()
+		if n := nCommitted.Load(); n != int64(producers*perProducer) {
+			t.Fatalf("committed %d, want %d", n, producers*perProducer)
+		}
+	}
+}
+
+// hashAndFIFO creates queue q (8 partitions) with group h (hash, hashInstances)
+// and group f (FIFO, 2 instances), and returns the groups.
+func hashAndFIFO(t *testing.T, e *Env, hashInstances int) []queue.Group {
+	must(t, e.Queues.CreateQueue("q", queue.Config{Partitions: 8}))
+	groups := []queue.Group{{Name: "h", Strategy: queue.Hash, Instances: hashInstances}, {Name: "f", Strategy: queue.FIFO, Instances: 2}}
+	for _, g := range groups {
+		must(t, e.Queues.AddGroup("q", g))
+	}
+	return groups
+}
+
+// consumeGroups runs a goroutine per instance of each group until the group
+// consumed total events (a minute at most) and returns what each group
+// consumed, counted per payload. Each goroutine calls the step that worker
+// makes for it: it returns the entries a committed transaction delivered
+// (none after an abort), or false to stop.
+func consumeGroups(t *testing.T, groups []queue.Group, total int64, seed uint64, worker func(g queue.Group, instance int, rng *rand.Rand) func() ([]queue.Entry, bool)) []map[string]int {
+	var wg sync.WaitGroup
 	results := make([]map[string]int, len(groups))
 	for gi, g := range groups {
 		results[gi] = map[string]int{}
 		var mu sync.Mutex
 		var consumed atomic.Int64
 		for i := range g.Instances {
-			cw.Add(1)
+			wg.Add(1)
 			go func() {
-				defer cw.Done()
-				rng := rand.New(rand.NewPCG(uint64(gi*10+i), 9))
-				c, err := e.Queues.Consumer("q", g.Name, i)
-				must(t, err)
+				defer wg.Done()
+				step := worker(g, i, rand.New(rand.NewPCG(uint64(gi*10+i), seed)))
 				deadline := time.Now().Add(60 * time.Second)
 				for consumed.Load() < total && time.Now().Before(deadline) {
-					var got []queue.Entry
-					abort := rng.IntN(6) == 0
-					err := Step(e.Coord, func() (err error) {
-						got, err = c.Dequeue(1 + rng.IntN(50))
-						if err == nil && abort {
-							err = errChaos
-						}
-						return err
-					}, c)
-					if abort || errors.Is(err, tx.ErrConflict) {
-						continue
-					}
-					if err != nil {
-						t.Error(err)
+					got, ok := step()
+					if !ok {
 						return
 					}
 					if len(got) == 0 {
@@ -121,11 +162,14 @@ func testRandomized(t *testing.T, e *Env) {
 			}()
 		}
 	}
-	pw.Wait()
-	cw.Wait()
-	if nCommitted.Load() != total {
-		t.Fatalf("committed %d, want %d", nCommitted.Load(), total)
-	}
+	wg.Wait()
+	return results
+}
+
+// checkOncePerGroup checks that each group consumed every one of the total
+// committed events once, and nothing else.
+func checkOncePerGroup(t *testing.T, groups []queue.Group, results []map[string]int, committed *sync.Map, total int64) {
+	t.Helper()
 	for gi, res := range results {
 		if int64(len(res)) != total {
 			t.Errorf("group %s consumed %d distinct events, want %d", groups[gi].Name, len(res), total)

@@ -60,6 +60,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 		{"RandomizedExactlyOnce", testRandomized},
 		{"NotifierWakesConsumers", testNotifier},
 		{"LostConsumerReleasesPartitions", testLostConsumer},
+		{"RandomizedLostConsumers", testRandomizedLostConsumers},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newEnv(t)) })
