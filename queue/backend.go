@@ -86,9 +86,11 @@ type DequeueAppender interface {
 //
 // Ready returns a channel that is closed when entries may have become
 // visible to the consumer's next transaction: at the latest once a producer
-// transaction that wrote to the queue has committed (Finish returned), and
-// also when the consumer may get an error instead (queue or group removed,
-// backend closed). Take the channel before the Dequeue whose empty result
+// transaction that wrote to the queue has committed (Finish returned), or a
+// partition the consumer found held by another transaction is released or
+// that transaction ended without releasing it (timed out), and also when
+// the consumer may get an error instead (queue or group removed, backend
+// closed). Take the channel before the Dequeue whose empty result
 // makes you wait: a commit in between has closed it already, so no wake-up
 // is lost. Wake-ups may be spurious (another instance's partition, another
 // group's consumer took the entries): dequeue again and wait on a new
