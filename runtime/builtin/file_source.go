@@ -324,14 +324,16 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 	if s.lastLines > 0 && loaded == s.want {
 		s.limit.committed(s.perStep) // the last step committed
 	}
-	if s.drop != nil && loaded.off != s.dropOff {
-		s.drop = nil // dead-lettered (or the file changed)
-	}
 	if recheck {
 		s.initialized = false
 		if err := s.check(ctx, t, &p, fi.Size()); err != nil {
 			return err
 		}
+	}
+	// By the offset the step starts at, not the committed one: a rotated
+	// file's first step starts at 0 until it commits.
+	if s.drop != nil && p.off != s.dropOff {
+		s.drop = nil // dead-lettered (or the file changed)
 	}
 	if err := s.seek(p.off); err != nil {
 		s.initialized = false
@@ -488,6 +490,9 @@ func (s *FileSource) SplitStep() bool { return s.limit.split(s.lastLines) }
 // in the next step, the offset past it. Failing again there, the source
 // stops with a RecordFailsAloneError.
 func (s *FileSource) DropStep(err error) {
+	if s.lastLines == 0 {
+		return // no line to give up (the offset moved inside a too-long line): the next step is an ordinary one
+	}
 	what := fmt.Sprintf("line at offset %d of %s", s.lastStart, s.path)
 	s.drop = s.drop.dropped(s.dropOff == s.lastStart, s.name, what, err)
 	s.dropOff = s.lastStart

@@ -131,3 +131,81 @@ func waitLines(s *StdinSource, n int) {
 		<-s.Ready()
 	}
 }
+
+// abortStep runs a step of s whose commit fails (as a step too large or
+// too slow does in the runtime): its writes and emits are dropped.
+func abortStep(t *testing.T, ctx *flowlettest.Context, s flowlet.Source) {
+	t.Helper()
+	if err := s.Generate(ctx); err != nil && !errors.Is(err, flowlet.ErrIdle) && !errors.Is(err, flowlet.ErrEndOfInput) {
+		t.Fatal(err)
+	}
+	ctx.Abort()
+}
+
+// TestFileSourceDropAfterRotation: following, the first line of a rotated
+// (here truncated) file fails alone; given up (DropStep), the next step
+// dead-letters it. The drop was forgotten there, as the committed offset
+// still was the old file's: the line came again, failed alone again, and
+// so on for good.
+func TestFileSourceDropAfterRotation(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "in.txt")
+	ctx := flowlettest.New("src")
+	writeFile(t, in, lines(records("a", 0, 10)))
+	s := openSource(t, ctx, in, true)
+	if _, err := drainSource(t, ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, in, lines(records("b", 0, 2))) // truncated in place: read from its start
+	abortStep(t, ctx, s)
+	if !s.SplitStep() {
+		t.Fatal("a step of 2 lines was not split")
+	}
+	abortStep(t, ctx, s)
+	if s.SplitStep() {
+		t.Fatal("a step of one line was split")
+	}
+	s.DropStep(flowlet.Permanent(errors.New("too large (test)")))
+	got, err := drainSource(t, ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, got, records("b", 1, 2))
+	if d := ctx.DeadLetters(); len(d) != 1 || string(d[0].Payload) != "b0" {
+		t.Fatalf("dead letters %+v, want b0's alone", d)
+	}
+}
+
+// TestFileSourceDropOfStepWithoutLines: a step that read no line but moved
+// the offset (following, inside a too-long line being written) fails
+// alone; DropStep has no line to give up. The next line, which never
+// failed, was dead-lettered in its place.
+func TestFileSourceDropOfStepWithoutLines(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "in.txt")
+	ctx := flowlettest.New("src")
+	long := strings.Repeat("y", 300<<10) // over the reader's buffer: dead-lettered before its "\n"
+	writeFile(t, in, "a0\n"+long)
+	s := &FileSource{}
+	if err := ctx.Init(s, map[string]any{"path": in, "follow": true, "max_line_bytes": 10}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	got, err := drainSource(t, ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, got, []string{"a0"})
+	appendFile(t, in, long) // the long line goes on: a step that skips it, no line
+	abortStep(t, ctx, s)
+	if s.SplitStep() {
+		t.Fatal("a step of no line was split")
+	}
+	s.DropStep(errors.New("too slow (test)"))
+	appendFile(t, in, "\n"+lines(records("c", 0, 2)))
+	if got, err = drainSource(t, ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, got, records("c", 0, 2))
+	if d := ctx.DeadLetters(); len(d) != 1 || !strings.Contains(d[0].Reason, "longer than max_line_bytes") {
+		t.Fatalf("dead letters %+v, want the long line's alone", d)
+	}
+}
