@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
@@ -318,11 +319,16 @@ type backgroundGC struct {
 	kicks  chan struct{}
 	passes chan int
 	err    chan error
+	halt   sync.Once
+	n      int
 }
 
+// gcBehind starts a backgroundGC. A test that fails stops it before its
+// DB closes: a pass on the closed DB panicked, hiding the failure.
 func gcBehind(t *testing.T, e *env, wm *Watermark) *backgroundGC {
 	s := e.store(t)
 	g := &backgroundGC{t: t, kicks: make(chan struct{}, 1), passes: make(chan int, 1), err: make(chan error, 1)}
+	t.Cleanup(func() { g.wait() })
 	go func() {
 		n := 0
 		defer func() { g.passes <- n }()
@@ -347,14 +353,21 @@ func (g *backgroundGC) kick() {
 
 // stop waits for the pass under way and returns how many ran.
 func (g *backgroundGC) stop() int {
-	close(g.kicks)
-	n := <-g.passes
+	g.wait()
 	select {
 	case err := <-g.err:
 		g.t.Fatalf("background GC: %v", err)
 	default:
 	}
-	return n
+	return g.n
+}
+
+// wait ends the passes and waits for the one under way, once.
+func (g *backgroundGC) wait() {
+	g.halt.Do(func() {
+		close(g.kicks)
+		g.n = <-g.passes
+	})
 }
 
 // invalidate ends st's transaction as invalid. On the persist path its
