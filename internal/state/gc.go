@@ -30,12 +30,17 @@ type GCStats struct {
 // Below bound, GC deletes versions of invalid transactions; in a table it
 // keeps only the newest committed version of each key (none if that is a
 // delete); in a counter table it folds the committed deltas into one base
-// value. Versions at or above bound are never touched. Each key is rewritten
-// atomically, so GC may run concurrently with steps, with other GC passes,
-// and be interrupted at any point.
+// value. Versions at or above bound are never touched. A key's rewrite may
+// take several Badger transactions, but reads are the same after each (a
+// fold's base and the deletions it covers land together; a table's newest
+// delete goes last), so GC may run concurrently with steps, with other GC
+// passes, and be interrupted at any point.
 func (s *Store) GC(bound uint64, invalid []uint64) (GCStats, error) {
+	return s.gc(newGCBatch(s.db), bound, invalid)
+}
+
+func (s *Store) gc(g *gcBatch, bound uint64, invalid []uint64) (GCStats, error) {
 	var st GCStats
-	g := newGCBatch(s.db)
 	defer g.discard()
 
 	var group []gcVersion // one user key's versions below bound, newest first
@@ -214,6 +219,8 @@ type gcBatch struct {
 	txn      *badger.Txn
 	ops      int
 	bytes    int
+	// beforeCommit, in tests, fails a commit: a pass cut between two.
+	beforeCommit func() error
 }
 
 const (
@@ -282,6 +289,11 @@ func (g *gcBatch) fail(err error) error {
 func (g *gcBatch) commit() error {
 	if g.txn == nil {
 		return nil
+	}
+	if g.beforeCommit != nil {
+		if err := g.beforeCommit(); err != nil {
+			return g.fail(err)
+		}
 	}
 	err := g.txn.Commit()
 	g.txn = nil

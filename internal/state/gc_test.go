@@ -292,3 +292,86 @@ func TestGCLargeKeys(t *testing.T) {
 		t.Fatalf("after GC: %s %d %s", v, n, z)
 	}
 }
+
+// TestGCCutBetweenCommits: a pass that fails (or the process dies) between
+// two of its Badger transactions leaves reads as they were, wherever it is
+// cut: the deltas a fold sums are never deleted before its base lands
+// (counted zero; fails with the fold's deletions committed first), and a
+// table's delete goes last (fails with it first). Small transactions cut a
+// key's rewrite in many; the next pass finishes the job.
+func TestGCCutBetweenCommits(t *testing.T) {
+	fill := func(e *env) *Store {
+		s := e.store(t)
+		for i := range 150 {
+			st := e.begin(t, s)
+			st.add("c", "hot", int64(i%7-2))
+			if i%3 == 0 {
+				st.put("t", "gone", fmt.Sprint(i))
+				st.put("t", "kept", fmt.Sprint(i))
+			}
+			switch {
+			case i == 147: // the last put of "gone"
+				st.del("t", "gone")
+				st.commit()
+			case i%11 == 5:
+				// Its writes stay behind, invisible (a failed rollback).
+				if err := s.Persist(); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.coord.Invalidate(st.ctx.Tx()); err != nil {
+					t.Fatal(err)
+				}
+				s.PostCommit()
+			default:
+				st.commit()
+			}
+		}
+		return s
+	}
+	view := func(e *env) string {
+		st := e.begin(t, e.store(t))
+		defer st.abort()
+		return fmt.Sprint(st.get("t", "gone"), " ", st.get("t", "kept"), " ", st.count("c", "hot"), " ",
+			st.scan("t", flowlet.ScanOptions{}), st.scanCounters("c", flowlet.ScanOptions{}))
+	}
+	errCut := errors.New("cut")
+	for cut := 1; ; cut++ {
+		e := newEnv(t, false)
+		s := fill(e)
+		before := view(e)
+		bound := NewWatermark(e.coord).Advance()
+		g := newGCBatch(e.db)
+		g.maxBytes = 1200 // about 15 versions a transaction
+		commits := 0
+		g.beforeCommit = func() error {
+			if commits++; commits == cut {
+				return errCut
+			}
+			return nil
+		}
+		_, err := s.gc(g, bound, e.coord.InvalidList())
+		if err == nil {
+			if cut < 10 {
+				t.Fatalf("a pass took %d transactions, want several", commits)
+			}
+			t.Logf("cut at each of %d commits", cut-1)
+			break
+		}
+		if !errors.Is(err, errCut) {
+			t.Fatal(err)
+		}
+		if got := view(e); got != before {
+			t.Fatalf("cut before commit %d: reads changed:\nbefore %s\nafter  %s", cut, before, got)
+		}
+		if _, err := s.GC(bound, e.coord.InvalidList()); err != nil {
+			t.Fatal(err)
+		}
+		if got := view(e); got != before {
+			t.Fatalf("cut before commit %d, then a pass: reads changed:\nbefore %s\nafter  %s", cut, before, got)
+		}
+		if k := countKeys(t, e.db); k != 2 { // "kept" and the base of "hot"
+			t.Fatalf("cut before commit %d, then a pass: %d versions left, want 2", cut, k)
+		}
+		e.close()
+	}
+}
