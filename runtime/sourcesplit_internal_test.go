@@ -19,9 +19,10 @@ import (
 // TestSourceStepSplit: a file_source's, stdin_source's or generator's step
 // whose commit fails for its size (too large for one atomic write) or its
 // time (past step_timeout) is redone with half its records, down to the
-// one record that fails alone, which goes to the source's dead-letter
-// queue (a too-slow one after its retries); every other record commits
-// exactly once and the source goes on to its end. Each source stopped
+// one record that fails alone; every other record before it commits
+// exactly once. A too-large one goes to the source's dead-letter queue
+// and the source goes on to its end; a too-slow one, after its retries,
+// stops the source (TestSourceSlowRecordStopsSource). Each source stopped
 // after its retries: the step was never smaller.
 func TestSourceStepSplit(t *testing.T) {
 	for _, typ := range []string{"file_source", "stdin_source", "generator"} {
@@ -41,25 +42,43 @@ func TestSourceStepSplit(t *testing.T) {
 					}
 					return nil
 				})
+				if wantAlone := map[error]int{tx.ErrTooLarge: 1, tx.ErrNotInProgress: 2}[fault]; alone != wantAlone {
+					t.Errorf("steps of %s alone: %d, want %d", splitBad, alone, wantAlone)
+				}
+				dead := srcDeadLetters(t, a)
+				if fault == tx.ErrNotInProgress {
+					var rfa *builtin.RecordFailsAloneError
+					if !errors.As(err, &rfa) || !rfa.Slow {
+						t.Fatalf("run: %v, want a RecordFailsAloneError of a step too slow", err)
+					}
+					checkSplitSink(t, a, 7)
+					if len(dead) != 0 {
+						t.Errorf("dead letters of src: %+v, want none", dead)
+					}
+					return
+				}
 				if err != nil {
 					t.Fatalf("run: %v", err)
 				}
 				checkSplitSink(t, a, splitRecords)
-				if wantAlone := map[error]int{tx.ErrTooLarge: 1, tx.ErrNotInProgress: 2}[fault]; alone != wantAlone {
-					t.Errorf("steps of %s alone: %d, want %d", splitBad, alone, wantAlone)
-				}
-				var dead []DeadLetter
-				if err := a.Inspect().DeadLetters("src", 0, func(d DeadLetter) bool { dead = append(dead, d); return true }); err != nil {
-					t.Fatal(err)
-				}
 				if len(dead) != 1 || string(dead[0].Payload) != splitBad || !strings.Contains(dead[0].Error, "fails alone") {
 					t.Errorf("dead letters of src: %+v, want %s's, saying its step fails alone", dead, splitBad)
-				} else if fault == tx.ErrTooLarge && !strings.Contains(dead[0].Error, "too large") {
+				} else if !strings.Contains(dead[0].Error, "too large") {
 					t.Errorf("%s's dead letter does not say it was too large: %s", splitBad, dead[0].Error)
 				}
 			})
 		}
 	}
+}
+
+// srcDeadLetters is the dead-letter queue of a's flowlet src.
+func srcDeadLetters(t *testing.T, a *App) []DeadLetter {
+	t.Helper()
+	var dead []DeadLetter
+	if err := a.Inspect().DeadLetters("src", 0, func(d DeadLetter) bool { dead = append(dead, d); return true }); err != nil {
+		t.Fatal(err)
+	}
+	return dead
 }
 
 // TestSourceDroppedRecordFailsAgain: a record whose step fails alone and
@@ -84,6 +103,37 @@ func TestSourceDroppedRecordFailsAgain(t *testing.T) {
 				t.Errorf("the error names %q, want %q…", rfa.Record, want)
 			}
 			checkSplitSink(t, a, 7)
+		})
+	}
+}
+
+// TestSourceSlowRecordStopsSource: a step of one record that still runs
+// past step_timeout is slow by the machine's load (or too low a
+// step_timeout), not by its record: after its retries the source stops
+// with a RecordFailsAloneError naming it, nothing of it committed (a
+// restart reads it again), instead of moving it to the source's
+// dead-letter queue, which cannot be replayed. With every step of records
+// too slow, every record went there and the app drained as if all was
+// well.
+func TestSourceSlowRecordStopsSource(t *testing.T) {
+	for _, typ := range []string{"file_source", "stdin_source", "generator"} {
+		t.Run(typ, func(t *testing.T) {
+			a, err := runSplitSource(t, typ, func(sc *stepCtx, evs []string) error {
+				if len(evs) == 0 {
+					return nil // a dead-letter record's step (none, once fixed)
+				}
+				return fmt.Errorf("%w (test: every step too slow)", tx.ErrNotInProgress)
+			})
+			var rfa *builtin.RecordFailsAloneError
+			if !errors.As(err, &rfa) || !rfa.Slow || !errors.Is(err, tx.ErrNotInProgress) {
+				t.Errorf("run: %v, want a RecordFailsAloneError of a step too slow", err)
+			} else if want := map[string]string{"file_source": "line at offset 0 of ", "stdin_source": "a line of standard input", "generator": "event 0"}[typ]; !strings.HasPrefix(rfa.Record, want) || !strings.Contains(err.Error(), "step_timeout") {
+				t.Errorf("the error %q names %q, want %q… and step_timeout", err, rfa.Record, want)
+			}
+			if dead := srcDeadLetters(t, a); len(dead) != 0 {
+				t.Errorf("%d records dead-lettered for being slow", len(dead))
+			}
+			checkSplitSink(t, a, 0)
 		})
 	}
 }

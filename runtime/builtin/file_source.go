@@ -28,8 +28,8 @@ func init() {
 // last committed line. Lines longer than max_line_bytes go to the
 // dead-letter queue (their first 64 KiB, with offset and length) and the
 // next lines are read normally. A step too large or too slow is redone
-// with half its lines (SplitStep); a line that fails alone goes to the
-// dead-letter queue too (DropStep).
+// with half its lines (SplitStep); a line too large alone goes to the
+// dead-letter queue too, and one too slow alone stops the source (DropStep).
 //
 // With the offset the source records the fingerprint of the bytes before it
 // (their last 4 KiB), and once the file's absolute path: a run reads on from
@@ -486,9 +486,10 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 func (s *FileSource) SplitStep() bool { return s.limit.split(s.lastLines) }
 
 // DropStep implements runtime.StepSplitter: the line of the step just
-// aborted, too large or too slow on its own, goes to the dead-letter queue
-// in the next step, the offset past it. Failing again there, the source
-// stops with a RecordFailsAloneError.
+// aborted, too large on its own, goes to the dead-letter queue in the next
+// step, the offset past it. Too slow on its own, or failing again there,
+// it stops the source with a RecordFailsAloneError (a restart reads it
+// again).
 func (s *FileSource) DropStep(err error) {
 	if s.lastLines == 0 {
 		return // no line to give up (the offset moved inside a too-long line): the next step is an ordinary one

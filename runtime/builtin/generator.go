@@ -28,7 +28,8 @@ func init() {
 // key). rate limits events per second for the whole flowlet (0 = as fast as
 // possible). The count emitted so far commits with the events. A step too
 // large or too slow is redone with half its events (SplitStep); an event
-// that fails alone goes to the dead-letter queue, counted (DropStep).
+// too large alone goes to the dead-letter queue, counted, and one too slow
+// alone stops the generator (DropStep).
 //
 // The positions mean something only under the instance count they were
 // written with, which the first step records: a later run with another
@@ -245,9 +246,9 @@ func (g *Generator) eventName(seq int64) string { return "event " + strconv.Form
 func (g *Generator) SplitStep() bool { return g.limit.split(int(g.lastN)) }
 
 // DropStep implements runtime.StepSplitter: the event of the step just
-// aborted, too large or too slow on its own, goes to the dead-letter queue
-// in the next step, counted as emitted. Failing again there, the source
-// stops with a RecordFailsAloneError.
+// aborted, too large on its own, goes to the dead-letter queue in the next
+// step, counted as emitted. Too slow on its own, or failing again there,
+// it stops the source with a RecordFailsAloneError.
 func (g *Generator) DropStep(err error) {
 	seq := int64(g.instance) + g.lastK*int64(g.n)
 	g.drop = g.drop.dropped(g.dropK == g.lastK, g.name, g.eventName(seq), err)

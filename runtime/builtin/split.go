@@ -9,9 +9,10 @@ import (
 // Every source here is a runtime.StepSplitter: a step whose commit fails
 // for its size or its time is redone with half its records (requests for
 // http_source), down to one, and a record that fails alone is given up
-// (DropStep): http_source answers its request with the error; the others
-// put the record in the source's dead-letter queue in a step of its own,
-// with the position past it, as they do a line over max_line_bytes.
+// (DropStep): http_source answers its request with the error (the client
+// resends); the others put a too-large record in the source's dead-letter
+// queue in a step of its own, with the position past it, as they do a
+// line over max_line_bytes, and stop on a too-slow one (RecordFailsAloneError).
 
 // limitRestoreAfter: a step limit (SplitStep) doubles after this many
 // commits, as a consumer's reduced batch size does in the runtime.
@@ -56,18 +57,24 @@ func (l *stepLimit) committed(full int) {
 }
 
 // RecordFailsAloneError stops a source whose record fails in a step of its
-// own (too large for one atomic write of the store, or slower than
-// step_timeout) and cannot be dead-lettered either: the step has no
-// dead-letter queue, or the step of its dead-letter record failed as well.
-// The source stops rather than skip it unrecorded; the record is not
-// committed, and a restart meets it again.
+// own and is not dead-lettered: its step is slower than step_timeout (Slow:
+// the machine's load or too low a step_timeout, not the record, is at
+// fault, and a source's dead letters cannot be replayed), or it is too
+// large for one atomic write of the store and the step has no dead-letter
+// queue, or the step of its dead-letter record failed as well. The source
+// stops rather than skip it; the record is not committed, and a restart
+// meets it again.
 type RecordFailsAloneError struct {
 	Source string // the flowlet's name
 	Record string // which record: "line at offset 12 of in.txt", "event 7"
 	Err    error  // why its step failed
+	Slow   bool   // its step ran past step_timeout
 }
 
 func (e *RecordFailsAloneError) Error() string {
+	if e.Slow {
+		return fmt.Sprintf("source %q: %s is slower than step_timeout in a step of its own (raise step_timeout, or lighten the machine's load), so it is not dead-lettered: %v", e.Source, e.Record, e.Err)
+	}
 	return fmt.Sprintf("source %q: %s fails in a step of its own and cannot be dead-lettered: %v", e.Source, e.Record, e.Err)
 }
 
@@ -85,13 +92,17 @@ type droppedRecord struct {
 
 // dropped is DropStep's record: a new droppedRecord, or, when the record
 // is d's and its dead-letter step ran, d with the error that stops the
-// source.
+// source. A record given up for its time (err not permanent, as a too
+// large one is) stops the source at once: it is not at fault.
 func (d *droppedRecord) dropped(same bool, source, what string, err error) *droppedRecord {
-	if d != nil && same && d.inStep {
-		d.stop = flowlet.Permanent(&RecordFailsAloneError{Source: source, Record: what, Err: err})
-		return d
+	if d == nil || !same || !d.inStep {
+		d = &droppedRecord{cause: err}
+		if flowlet.IsPermanent(err) {
+			return d
+		}
 	}
-	return &droppedRecord{cause: err}
+	d.stop = flowlet.Permanent(&RecordFailsAloneError{Source: source, Record: what, Err: err, Slow: !flowlet.IsPermanent(err)})
+	return d
 }
 
 // deadLetterDropped puts record, given up for cause, in the step's
