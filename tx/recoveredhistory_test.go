@@ -59,3 +59,50 @@ func TestRecoveredTransactionsKeepNoHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Keeping no history is safe only while a recovered transaction can commit
+// no key it let go: here the holder's next CanCommit narrows its keys to
+// one, a new transaction commits the other, and the generations recording
+// that commit are dropped; the holder asking for it again must still
+// conflict (its check would find nothing: a lost update).
+func TestRecoveredHolderCannotRetakeReleasedKey(t *testing.T) {
+	dir := t.TempDir()
+	c := openFileCoord(t, dir, Options{})
+	holder := must[*Tx](t)(c.StartShort(time.Hour))
+	kept, released := []byte("kept"), []byte("released")
+	if err := c.CanCommit(holder, [][]byte{kept, released}); err != nil {
+		t.Fatal(err)
+	}
+	crash(c)
+	c2 := openFileCoord(t, dir, Options{})
+	defer c2.Close()
+	if err := c2.CanCommit(holder, [][]byte{kept}); err != nil {
+		t.Fatal(err)
+	}
+	other := must[*Tx](t)(c2.StartShort(time.Minute))
+	if err := c2.CommitWith(other, [][]byte{released}, nil); err != nil {
+		t.Fatalf("the key the holder let go: %v", err)
+	}
+	keys := make([][]byte, 200)
+	for i := range 5 * defaultGenKeys / len(keys) { // drops the generation of other's commit
+		for k := range keys {
+			keys[k] = fmt.Appendf(keys[k][:0], "%d/%d", i, k)
+		}
+		tx := must[*Tx](t)(c2.StartShort(time.Minute))
+		if err := c2.CommitWith(tx, keys, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c2.Stats().ConflictKeys; n > defaultGenKeys+len(keys)+1 {
+		t.Fatalf("%d committed keys kept: nothing dropped, nothing tested", n)
+	}
+	if err := c2.CanCommit(holder, [][]byte{kept, released}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("recovered holder retaking a key committed since it let it go = %v, want ErrConflict", err)
+	}
+	if err := c2.CanCommit(holder, [][]byte{kept}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Commit(holder); err != nil {
+		t.Fatal(err)
+	}
+}
