@@ -450,8 +450,10 @@ func TestMisuse(t *testing.T) {
 	if keys := s.ChangeKeys(); len(keys) != 0 {
 		t.Fatalf("refused writes buffered: %q", keys)
 	}
-	if _, err := Open(e.db, "app", "No"); err == nil {
-		t.Fatal("bad flowlet name accepted")
+	for _, names := range [][2]string{{"app", "No"}, {"", "fl"}, {"a/b", "fl"}} {
+		if _, err := Open(e.db, names[0], names[1]); !errors.Is(err, flowlet.ErrInvalidName) {
+			t.Fatalf("Open(%q, %q): %v, want ErrInvalidName", names[0], names[1], err)
+		}
 	}
 	st.abort()
 }

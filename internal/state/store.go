@@ -46,7 +46,7 @@ func Open(db *badger.DB, app, flowletName string) (*Store, error) {
 	}
 	for _, n := range []string{app, flowletName} {
 		if !flowlet.ValidStateName(n) {
-			return nil, fmt.Errorf("state: invalid name %q", n)
+			return nil, fmt.Errorf("state: %w: app or flowlet %q (want [a-z0-9][a-z0-9_-]{0,62})", flowlet.ErrInvalidName, n)
 		}
 	}
 	return &Store{
