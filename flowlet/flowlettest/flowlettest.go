@@ -348,11 +348,19 @@ type table struct {
 // check refuses what the runtime's state refuses, as a failed call of the
 // step (see Context.failed).
 func (c *Context) check(kind, name string, key []byte) error {
-	if !flowlet.ValidStateName(name) {
-		return c.failed(fmt.Errorf("flowlettest: %w: %s %q (want [a-z0-9][a-z0-9_-]{0,62})", flowlet.ErrInvalidName, kind, name))
+	if err := nameErr(kind, name); err != nil {
+		return c.failed(err)
 	}
 	if len(key) > flowlet.MaxKeySize {
 		return c.failed(fmt.Errorf("flowlettest: %s %q: %w: %d bytes, at most %d", kind, name, flowlet.ErrKeyTooLarge, len(key), flowlet.MaxKeySize))
+	}
+	return nil
+}
+
+// nameErr is the error of every call on a table or counters of a bad name.
+func nameErr(kind, name string) error {
+	if !flowlet.ValidStateName(name) {
+		return fmt.Errorf("flowlettest: %w: %s %q (want [a-z0-9][a-z0-9_-]{0,62})", flowlet.ErrInvalidName, kind, name)
 	}
 	return nil
 }
@@ -394,6 +402,9 @@ func (t *table) Delete(key []byte) error {
 }
 
 func (t *table) Scan(o flowlet.ScanOptions) flowlet.Iterator {
+	if err := nameErr("table", t.name); err != nil {
+		return &iter{err: err} // as in the runtime: through Err
+	}
 	merged := map[string][]byte{}
 	for k, v := range t.committed {
 		merged[k] = v
@@ -440,6 +451,9 @@ func (n *counters) Get(key []byte) (int64, error) {
 }
 
 func (n *counters) Scan(o flowlet.ScanOptions) flowlet.CounterIterator {
+	if err := nameErr("counters", n.name); err != nil {
+		return &iter{err: err}
+	}
 	merged := map[string]int64{}
 	for k, v := range n.committed {
 		merged[k] += v
@@ -468,6 +482,7 @@ type item struct {
 type iter struct {
 	items []item
 	pos   int
+	err   error
 }
 
 func (it *iter) sort(limit int) {
@@ -501,5 +516,5 @@ func (it *iter) Key() []byte {
 }
 func (it *iter) Value() []byte { return it.cur().value }
 func (it *iter) Count() int64  { return it.cur().count }
-func (it *iter) Err() error    { return nil }
+func (it *iter) Err() error    { return it.err }
 func (it *iter) Close() error  { return nil }

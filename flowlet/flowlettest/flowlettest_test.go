@@ -212,3 +212,16 @@ func TestStateCallErrorsFailTheStep(t *testing.T) {
 		t.Errorf("committed %v, want nothing", got)
 	}
 }
+
+// As in the runtime, a scan of a table or counters of a bad name visits
+// nothing and its Err wraps ErrInvalidName (it said nothing).
+func TestScanOfBadName(t *testing.T) {
+	ctx := New("c")
+	it, cit := ctx.State("Bad Name").Scan(flowlet.ScanOptions{}), ctx.Counters("Bad Name").Scan(flowlet.ScanOptions{})
+	if it.Next() || !errors.Is(it.Err(), flowlet.ErrInvalidName) {
+		t.Errorf("table scan: Err %v, want ErrInvalidName", it.Err())
+	}
+	if cit.Next() || !errors.Is(cit.Err(), flowlet.ErrInvalidName) {
+		t.Errorf("counters scan: Err %v, want ErrInvalidName", cit.Err())
+	}
+}
