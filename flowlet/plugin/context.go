@@ -266,6 +266,19 @@ func (c *stepCtx) check(seq uint64, key []byte) error {
 	return nil
 }
 
+// checkState is check for a call on the table or counters (kind) of that
+// name: a bad name is refused here too, typed, and fails the call as the
+// host's refusal would.
+func (c *stepCtx) checkState(seq uint64, kind, name string, key []byte) error {
+	if err := c.check(seq, nil); err != nil {
+		return err
+	}
+	if !flowlet.ValidStateName(name) {
+		return c.fail(fmt.Errorf("flowrun plugin: %w: %s %q (want [a-z0-9][a-z0-9_-]{0,62})", flowlet.ErrInvalidName, kind, name))
+	}
+	return c.check(seq, key)
+}
+
 type table struct {
 	c    *stepCtx
 	name string
@@ -273,12 +286,12 @@ type table struct {
 }
 
 func (t table) Get(key []byte) ([]byte, bool, error) {
-	if err := t.c.check(t.id, key); err != nil {
+	if err := t.c.checkState(t.id, "table", t.name, key); err != nil {
 		return nil, false, err
 	}
 	c := t.c
 	if c.s.host == nil {
-		return nil, false, errNoHost
+		return nil, false, c.fail(errNoHost)
 	}
 	r, err := c.s.host.Get(c, &pb.GetRequest{CallId: c.callID, Writes: c.take(), Table: t.name, Key: key})
 	if err != nil {
@@ -288,7 +301,7 @@ func (t table) Get(key []byte) ([]byte, bool, error) {
 }
 
 func (t table) Put(key, value []byte) error {
-	if err := t.c.check(t.id, key); err != nil {
+	if err := t.c.checkState(t.id, "table", t.name, key); err != nil {
 		return err
 	}
 	v := bytes.Clone(value)
@@ -300,7 +313,7 @@ func (t table) Put(key, value []byte) error {
 }
 
 func (t table) Delete(key []byte) error {
-	if err := t.c.check(t.id, key); err != nil {
+	if err := t.c.checkState(t.id, "table", t.name, key); err != nil {
 		return err
 	}
 	t.c.writes = append(t.c.writes, &pb.StateOp{Kind: pb.StateOp_DELETE, Name: t.name, Key: bytes.Clone(key)})
@@ -318,7 +331,7 @@ type counters struct {
 }
 
 func (n counters) Add(key []byte, delta int64) error {
-	if err := n.c.check(n.id, key); err != nil {
+	if err := n.c.checkState(n.id, "counters", n.name, key); err != nil {
 		return err
 	}
 	n.c.writes = append(n.c.writes, &pb.StateOp{Kind: pb.StateOp_ADD, Name: n.name, Key: bytes.Clone(key), Delta: delta})
@@ -326,12 +339,12 @@ func (n counters) Add(key []byte, delta int64) error {
 }
 
 func (n counters) Get(key []byte) (int64, error) {
-	if err := n.c.check(n.id, key); err != nil {
+	if err := n.c.checkState(n.id, "counters", n.name, key); err != nil {
 		return 0, err
 	}
 	c := n.c
 	if c.s.host == nil {
-		return 0, errNoHost
+		return 0, c.fail(errNoHost)
 	}
 	r, err := c.s.host.CounterGet(c, &pb.CounterGetRequest{CallId: c.callID, Writes: c.take(), Counters: n.name, Key: key})
 	if err != nil {
@@ -364,8 +377,16 @@ type iter struct {
 
 func (it *iter) fetch() bool {
 	c := it.c
+	kind := "table"
+	if it.counters {
+		kind = "counters"
+	}
+	if err := c.checkState(it.id, kind, it.name, nil); err != nil {
+		it.err = err
+		return false
+	}
 	if c.s.host == nil {
-		it.err = errNoHost
+		it.err = c.fail(errNoHost)
 		return false
 	}
 	req := &pb.ScanRequest{CallId: c.callID, Writes: c.take(), Name: it.name, Counters: it.counters,

@@ -230,3 +230,82 @@ func TestRefusedKeyFailsTheStep(t *testing.T) {
 		t.Errorf("check: %v, want ErrKeyTooLarge", err)
 	}
 }
+
+// stateCaller makes one state call on a table or counters of name (a
+// table named "t" by default) and ignores its error, but keeps it in err.
+type stateCaller struct {
+	op, name string
+	err      *error
+}
+
+func (c stateCaller) ProcessBatch(ctx flowlet.Context, _ []flowlet.Event) error {
+	name := c.name
+	if name == "" {
+		name = "t"
+	}
+	var err error
+	switch c.op {
+	case "Put":
+		err = ctx.State(name).Put([]byte("k"), []byte("v"))
+	case "Delete":
+		err = ctx.State(name).Delete([]byte("k"))
+	case "Add":
+		err = ctx.Counters(name).Add([]byte("k"), 1)
+	case "Get":
+		_, _, err = ctx.State(name).Get([]byte("k"))
+	case "CounterGet":
+		_, err = ctx.Counters(name).Get([]byte("k"))
+	case "Scan":
+		it := ctx.State(name).Scan(flowlet.ScanOptions{})
+		for it.Next() {
+		}
+		err = it.Err()
+	case "CounterScan":
+		it := ctx.Counters(name).Scan(flowlet.ScanOptions{})
+		for it.Next() {
+		}
+		err = it.Err()
+	}
+	*c.err = err
+	return ctx.Emit("out", []byte("x"))
+}
+
+// TestStateCallRefusedInTheSDK: what the SDK refuses itself fails the
+// call as the host's refusal would, with a typed error: a table or
+// counters name that is not [a-z0-9][a-z0-9_-]{0,62} (the host would fail
+// the step with it; the SDK's Put said nil), and a read without a host to
+// ask (the step committed writes computed from a failed read).
+func TestStateCallRefusedInTheSDK(t *testing.T) {
+	devnull, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	defer devnull.Close()
+	run := func(c stateCaller, host pb.HostClient) *pb.StepResponse {
+		t.Helper()
+		s := newServer(nil, func() flowlet.Flowlet { return c }, flowlet.TypeInfo{}, devnull)
+		if _, err := s.Init(context.Background(), &pb.InitRequest{Name: "caller", Instances: 1}); err != nil {
+			t.Fatal(err)
+		}
+		s.host = host
+		r, err := s.ProcessBatch(context.Background(), &pb.BatchRequest{Step: &pb.StepRequest{CallId: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for _, op := range []string{"Put", "Delete", "Add", "Get", "CounterGet", "Scan", "CounterScan"} {
+		var err error
+		r := run(stateCaller{op: op, name: "Bad Name", err: &err}, fakeHost{})
+		if !errors.Is(err, flowlet.ErrInvalidName) {
+			t.Errorf("%s of a bad name: %v, want ErrInvalidName", op, err)
+		}
+		if r.Error == nil || len(r.Writes) != 0 || r.GetPackedEmits() != nil {
+			t.Errorf("%s of a bad name ignored: error %v, %d writes, emits %v; want a failed step with nothing", op, r.GetError(), len(r.Writes), r.GetPackedEmits())
+		}
+	}
+	for _, op := range []string{"Get", "CounterGet", "Scan"} {
+		var err error
+		r := run(stateCaller{op: op, err: &err}, nil)
+		if !errors.Is(err, errNoHost) || r.Error == nil || r.GetPackedEmits() != nil {
+			t.Errorf("%s without a host: %v, step error %v, emits %v; want errNoHost and a failed step", op, err, r.GetError(), r.GetPackedEmits())
+		}
+	}
+}
