@@ -528,15 +528,25 @@ type stepIter struct {
 
 type stepCounterIter struct{ stepIter }
 
+// Next records the scan's error, if it ended on one, as a failed call:
+// the flowlet may not look at Err.
 func (i *stepIter) Next() bool {
 	if !i.h.lock() {
 		return false
 	}
 	defer i.h.unlock()
+	var it interface {
+		Next() bool
+		Err() error
+	} = i.it
 	if i.cit != nil {
-		return i.cit.Next()
+		it = i.cit
 	}
-	return i.it.Next()
+	if it.Next() {
+		return true
+	}
+	i.h.c.failed(it.Err())
+	return false
 }
 
 func (i *stepIter) Key() []byte {

@@ -138,6 +138,33 @@ connections:
 	}
 }
 
+func TestStateScanErrorsAreFailures(t *testing.T) {
+	// t_count scans a table (or counters) of a bad name and ignores the
+	// iterator's Err: the event must fail, as for a failed Get, not
+	// commit writes computed from a scan that failed (no keys).
+	for _, op := range []string{"scan", "count_scan"} {
+		t.Run(op, func(t *testing.T) {
+			dir := t.TempDir()
+			a := runDrain(t, dir, `
+app: t
+flowlets:
+  gen: {type: generator, config: {count: 3}}
+  mid: {type: t_count, retries: {max: 0}, config: {bad_write: `+op+`}}
+connections:
+  - {from: gen, to: mid}
+`, runtime.Options{NoSync: true})
+			if n := counter(t, a, "mid", "n", "total"); n != 0 {
+				t.Errorf("writes of events whose scan failed committed: %d", n)
+			}
+			a.Close()
+			dl := deadLetters(t, filepath.Join(dir, "data"), "mid")
+			if len(dl) != 3 || !strings.Contains(dl[0].Error, flowlet.ErrInvalidName.Error()) {
+				t.Fatalf("dead letters: %+v", dl)
+			}
+		})
+	}
+}
+
 func TestRestartResumes(t *testing.T) {
 	// Stop a run mid-way (context cancelled while steps are in flight), then
 	// run again to the end: every event counted exactly once.

@@ -30,7 +30,7 @@ type countFlowlet struct {
 	emit               bool
 	key                string
 	ignoreEmitErr      bool
-	badWrite           string // "put", "delete" or "add": one more write with an oversized key, its error ignored
+	badWrite           string // "put", "delete" or "add": one more write with an oversized key, its error ignored; "scan", "count_scan": a scan of a bad name, its error ignored
 }
 
 var flakyMu sync.Mutex
@@ -79,6 +79,16 @@ func (c *countFlowlet) Process(ctx flowlet.Context, ev flowlet.Event) error {
 		_ = ctx.State("last").Delete(tooLong)
 	case "add":
 		_ = ctx.Counters("n").Add(tooLong, 1)
+	case "scan":
+		it := ctx.State("Bad Name").Scan(flowlet.ScanOptions{})
+		for it.Next() {
+		}
+		_ = it.Close()
+	case "count_scan":
+		it := ctx.Counters("Bad Name").Scan(flowlet.ScanOptions{})
+		for it.Next() {
+		}
+		_ = it.Close()
 	}
 	if c.fail != "" && strings.Contains(p, c.fail) {
 		return fmt.Errorf("refusing %q", p)
