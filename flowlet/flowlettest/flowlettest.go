@@ -403,7 +403,7 @@ func (t *table) Delete(key []byte) error {
 
 func (t *table) Scan(o flowlet.ScanOptions) flowlet.Iterator {
 	if err := nameErr("table", t.name); err != nil {
-		return &iter{err: err} // as in the runtime: through Err
+		return &iter{ctx: t.ctx, err: err}
 	}
 	merged := map[string][]byte{}
 	for k, v := range t.committed {
@@ -452,7 +452,7 @@ func (n *counters) Get(key []byte) (int64, error) {
 
 func (n *counters) Scan(o flowlet.ScanOptions) flowlet.CounterIterator {
 	if err := nameErr("counters", n.name); err != nil {
-		return &iter{err: err}
+		return &iter{ctx: n.ctx, err: err}
 	}
 	merged := map[string]int64{}
 	for k, v := range n.committed {
@@ -482,7 +482,8 @@ type item struct {
 type iter struct {
 	items []item
 	pos   int
-	err   error
+	ctx   *Context
+	err   error // a failed scan: it fails the step as it ends, as in the runtime
 }
 
 func (it *iter) sort(limit int) {
@@ -493,6 +494,10 @@ func (it *iter) sort(limit int) {
 }
 
 func (it *iter) Next() bool {
+	if it.err != nil {
+		it.ctx.failed(it.err)
+		return false
+	}
 	if it.pos >= len(it.items) {
 		return false
 	}

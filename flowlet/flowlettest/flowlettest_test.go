@@ -182,6 +182,16 @@ func (c carelessWrite) Process(ctx flowlet.Context, ev flowlet.Event) error {
 		_ = ctx.Counters("n").Add(huge, 1)
 	case "bad name":
 		_ = ctx.State("Bad Name").Put([]byte("k"), ev.Payload)
+	case "scan":
+		it := ctx.State("Bad Name").Scan(flowlet.ScanOptions{})
+		for it.Next() {
+		}
+		_ = it.Close()
+	case "count scan":
+		it := ctx.Counters("Bad Name").Scan(flowlet.ScanOptions{})
+		for it.Next() {
+		}
+		_ = it.Close()
 	}
 	return nil
 }
@@ -190,7 +200,8 @@ func (c carelessWrite) Process(ctx flowlet.Context, ev flowlet.Event) error {
 // flowlet ignored the error, with ErrKeyTooLarge / ErrInvalidName in the
 // chain; a counter the step summed to 0 is not stored.
 func TestStateCallErrorsFailTheStep(t *testing.T) {
-	for op, want := range map[string]error{"put": flowlet.ErrKeyTooLarge, "delete": flowlet.ErrKeyTooLarge, "add": flowlet.ErrKeyTooLarge, "bad name": flowlet.ErrInvalidName} {
+	for op, want := range map[string]error{"put": flowlet.ErrKeyTooLarge, "delete": flowlet.ErrKeyTooLarge, "add": flowlet.ErrKeyTooLarge, "bad name": flowlet.ErrInvalidName,
+		"scan": flowlet.ErrInvalidName, "count scan": flowlet.ErrInvalidName} {
 		ctx := New("c")
 		if err := ctx.Process(carelessWrite{op}, Event("x")); !errors.Is(err, want) {
 			t.Errorf("%s: step error %v, want %v", op, err, want)
@@ -214,7 +225,8 @@ func TestStateCallErrorsFailTheStep(t *testing.T) {
 }
 
 // As in the runtime, a scan of a table or counters of a bad name visits
-// nothing and its Err wraps ErrInvalidName (it said nothing).
+// nothing and its Err wraps ErrInvalidName (it said nothing); the step
+// fails (TestStateCallErrorsFailTheStep).
 func TestScanOfBadName(t *testing.T) {
 	ctx := New("c")
 	it, cit := ctx.State("Bad Name").Scan(flowlet.ScanOptions{}), ctx.Counters("Bad Name").Scan(flowlet.ScanOptions{})
