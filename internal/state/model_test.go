@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -290,7 +291,7 @@ func runModel(t *testing.T, e *env, seed uint64, steps int) {
 	}
 	stats.gcs += stopGC.stop()
 	// With nothing in progress, GC leaves no version of an invalid
-	// transaction behind, and the results stand.
+	// transaction behind, nor any it shadows, and the results stand.
 	x := &modelTx{st: e.begin(t, idle[0]), snap: len(m.commits)}
 	before := dumpModelView(x.st, names, counters)
 	x.st.abort()
@@ -299,8 +300,8 @@ func runModel(t *testing.T, e *env, seed uint64, steps int) {
 			t.Fatal(err)
 		}
 	}
-	if left := invalidVersions(t, e); len(left) > 0 {
-		t.Fatalf("after GC, versions of invalid transactions remain: %v", left)
+	if left := garbage(t, e); len(left) > 0 {
+		t.Fatalf("after GC, garbage remains: %v", left)
 	}
 	x.st = e.begin(t, idle[0])
 	defer x.st.abort()
@@ -415,12 +416,14 @@ func dumpModel(m *model, x *modelTx, names, counters []string) string {
 	return b.String()
 }
 
-// invalidVersions lists the stored state versions written by a transaction
-// in the coordinator's invalid list.
-func invalidVersions(t *testing.T, e *env) []uint64 {
+// garbage lists the stored state versions that a GC with nothing in
+// progress leaves none of: versions of a transaction in the coordinator's
+// invalid list, all but one version of a key, a table's delete.
+func garbage(t *testing.T, e *env) []string {
 	t.Helper()
 	invalid := e.coord.InvalidList()
-	var left []uint64
+	var left []string
+	var prev []byte
 	err := e.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(Prefix), PrefetchValues: false})
 		defer it.Close()
@@ -428,7 +431,19 @@ func invalidVersions(t *testing.T, e *env) []uint64 {
 			k := it.Item().Key()
 			wp := ^beUint64(k[len(k)-versionLen:])
 			if _, bad := slices.BinarySearch(invalid, wp); bad {
-				left = append(left, wp)
+				left = append(left, fmt.Sprintf("%q of invalid %d", k, wp))
+			}
+			if bytes.Equal(encodedUserKey(k), prev) {
+				left = append(left, fmt.Sprintf("%q: an older version", k))
+			}
+			prev = append(prev[:0], encodedUserKey(k)...)
+			if err := it.Item().Value(func(v []byte) error {
+				if len(v) == 1 && v[0] == tagTombstone {
+					left = append(left, fmt.Sprintf("%q: a table delete", k))
+				}
+				return nil
+			}); err != nil {
+				return err
 			}
 		}
 		return nil
