@@ -84,8 +84,9 @@ type Poller interface {
 // the same again), and after the retries the runtime calls DropStep with
 // the error (flowlet.IsPermanent for a too-large one) instead of stopping
 // the source: the source gives the unit up (the HTTP source answers its
-// request with the error; the others dead-letter a too-large record, and
-// stop on a too-slow one, which is not the record's fault) and goes on.
+// request with the error, the others dead-letter the record — but
+// file_source and generator stop on a too-slow one, not the record's
+// fault, which a restart reads again) and goes on.
 type StepSplitter interface {
 	SplitStep() bool
 	DropStep(err error)

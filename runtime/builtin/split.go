@@ -10,9 +10,11 @@ import (
 // for its size or its time is redone with half its records (requests for
 // http_source), down to one, and a record that fails alone is given up
 // (DropStep): http_source answers its request with the error (the client
-// resends); the others put a too-large record in the source's dead-letter
-// queue in a step of its own, with the position past it, as they do a
-// line over max_line_bytes, and stop on a too-slow one (RecordFailsAloneError).
+// resends); the others put the record in the source's dead-letter queue
+// in a step of its own, with the position past it, as they do a line
+// over max_line_bytes — but for a too-slow one of file_source and
+// generator, which stops the source (RecordFailsAloneError): they can
+// read it again after a restart, and it is not at fault.
 
 // limitRestoreAfter: a step limit (SplitStep) doubles after this many
 // commits, as a consumer's reduced batch size does in the runtime.

@@ -23,8 +23,8 @@ func init() {
 // rest waits in the pipe: back-pressure reaches the writer); a step emits
 // those available and keeps them until the step commits (an aborted step
 // emits them again). A step too large or too slow is redone with half its
-// lines (SplitStep); a line too large alone goes to the dead-letter queue,
-// and one too slow alone stops the source (DropStep).
+// lines (SplitStep); a line that fails alone goes to the dead-letter queue
+// (DropStep).
 // Lines read but not committed when the process dies are lost: standard
 // input cannot be re-read (specs/guarantees.md).
 type StdinSource struct {
@@ -266,10 +266,11 @@ func (s *StdinSource) Committed() {
 func (s *StdinSource) SplitStep() bool { return !s.abortedDrop && s.limit.split(s.aborted) }
 
 // DropStep implements runtime.StepSplitter: the line of the step just
-// aborted, too large on its own, goes to the dead-letter queue in a step
-// of its own. Too slow on its own, or failing again there, it stops the
-// source with a RecordFailsAloneError (standard input cannot be read
-// again: the line is lost with the source).
+// aborted, too large or too slow on its own, goes to the dead-letter queue
+// in a step of its own (unlike the file_source's and generator's too slow
+// one: the source cannot stop without losing it). Failing again there, the
+// source stops with a RecordFailsAloneError (standard input cannot be
+// read again: the line is lost with the source).
 func (s *StdinSource) DropStep(err error) {
 	if s.abortedDrop {
 		s.drop = s.drop.dropped(true, s.name, "a line of standard input", err)
@@ -289,7 +290,9 @@ func (s *StdinSource) DropStep(err error) {
 		return
 	}
 	s.aheadB -= lineCost(line)
-	s.drop, s.dropLine = (*droppedRecord)(nil).dropped(false, s.name, "a line of standard input", err), line
+	// Too slow alone as well: stopping would lose it and every line after
+	// it (standard input cannot be read again), the dead-letter queue not.
+	s.drop, s.dropLine = &droppedRecord{cause: err}, line
 }
 
 // Aborted implements runtime.StepObserver: the lines go back to the front.
