@@ -154,7 +154,8 @@ func (c *stepCtx) reset(ctx context.Context, id uint64) {
 
 // response is the call's response; it is valid until the next call.
 func (c *stepCtx) response(err error) *pb.StepResponse {
-	if err == nil && c.failed != nil {
+	// An idle or ended Generate commits, but not over a failed call.
+	if c.failed != nil && (err == nil || errors.Is(err, flowlet.ErrIdle) || errors.Is(err, flowlet.ErrEndOfInput)) {
 		err = fmt.Errorf("a state call failed: %w", c.failed)
 	}
 	r := &c.resp

@@ -309,3 +309,35 @@ func TestStateCallRefusedInTheSDK(t *testing.T) {
 		}
 	}
 }
+
+// carelessSource makes a state call the SDK refuses, ignores its error,
+// writes, and ends its step with end.
+type carelessSource struct{ end error }
+
+func (c carelessSource) Generate(ctx flowlet.Context) error {
+	_ = ctx.State("t").Put(make([]byte, flowlet.MaxKeySize+1), nil)
+	_ = ctx.State("t").Put([]byte("ok"), nil)
+	return c.end
+}
+
+// TestRefusedCallFailsIdleStep: a Generate that returns ErrIdle or
+// ErrEndOfInput commits its step, but not one whose state call failed, as
+// in the runtime (its writes were sent: the refused Put was lost).
+func TestRefusedCallFailsIdleStep(t *testing.T) {
+	devnull, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	defer devnull.Close()
+	for _, end := range []error{flowlet.ErrIdle, flowlet.ErrEndOfInput, nil} {
+		s := newServer(nil, func() flowlet.Flowlet { return carelessSource{end} }, flowlet.TypeInfo{}, devnull)
+		if _, err := s.Init(context.Background(), &pb.InitRequest{Name: "careless", Instances: 1}); err != nil {
+			t.Fatal(err)
+		}
+		s.host = fakeHost{}
+		r, err := s.Generate(context.Background(), &pb.StepRequest{CallId: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.GetError().GetKind() != pb.Error_FAILED || len(r.Writes) != 0 {
+			t.Errorf("Generate returning %v after a refused Put: error %v, %d writes; want a failed step with nothing", end, r.GetError(), len(r.Writes))
+		}
+	}
+}
