@@ -137,7 +137,9 @@ func (o ScanOptions) Match(key []byte) bool {
 //	}
 //	if err := it.Err(); err != nil { ... }
 //
-// Key and Value are valid until the next call to Next.
+// Key and Value are valid until the next call to Next. A scan that ends on
+// an error fails the event (or step), as a failed call does, even if Err
+// is not checked.
 type Iterator interface {
 	Next() bool
 	Key() []byte
@@ -151,7 +153,8 @@ type Iterator interface {
 // committed Add is counted exactly once. Get returns the sum of the
 // increments committed before the step started plus the step's own. Counts
 // are int64 and wrap around on overflow (two's complement), the same in
-// every read whatever order the increments are summed in.
+// every read whatever order the increments are summed in. As for a Table, a
+// call that fails fails the event (or step), even if its error is ignored.
 type Counters interface {
 	Add(key []byte, delta int64) error
 	Get(key []byte) (int64, error)
