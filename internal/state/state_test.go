@@ -536,18 +536,22 @@ func TestClosedIteratorsLeave(t *testing.T) {
 // TestCounterScanZeroSum: a counter the step added nothing to in sum (an
 // Add of 0, or +1 then -1 as the runtime's undo of a failed event does) is
 // not stored by its commit, so the step's own scan does not show it either;
-// a stored counter the step brings to 0 stays.
+// a stored counter the step brings to 0 stays, and one the step adds 0 to
+// shows its stored count.
 func TestCounterScanZeroSum(t *testing.T) {
 	bothPaths(t, func(t *testing.T, e *env) {
 		s := e.begin(t, e.store(t))
 		s.add("c", "kept", 5)
+		s.add("c", "stored", 7)
 		s.commit()
 		s = e.begin(t, e.store(t))
 		s.add("c", "zero", 0)
 		s.add("c", "undone", 1)
 		s.add("c", "undone", -1)
 		s.add("c", "kept", -5)
-		const want = `"kept"=0 `
+		s.add("c", "stored", 2)
+		s.add("c", "stored", -2)
+		const want = `"kept"=0 "stored"=7 `
 		if got := s.scanCounters("c", flowlet.ScanOptions{}); got != want {
 			t.Fatalf("scan in the step:\n got %s\nwant %s", got, want)
 		}
