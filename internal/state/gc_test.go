@@ -314,14 +314,7 @@ func TestGCCutBetweenCommits(t *testing.T) {
 				st.del("t", "gone")
 				st.commit()
 			case i%11 == 5:
-				// Its writes stay behind, invisible (a failed rollback).
-				if err := s.Persist(); err != nil {
-					t.Fatal(err)
-				}
-				if err := e.coord.Invalidate(st.ctx.Tx()); err != nil {
-					t.Fatal(err)
-				}
-				s.PostCommit()
+				invalidate(t, e, st) // its writes stay behind, invisible
 			default:
 				st.commit()
 			}
