@@ -283,7 +283,7 @@ func (c *consumer) DequeueAppend(dst []queue.Entry, max int) ([]queue.Entry, err
 		}
 		if !had && !w.changed {
 			c.q.mu.Lock()
-			wake := c.releaseLocked(w.slot)
+			wake := c.releaseLocked(p, w.slot)
 			delete(c.work, p)
 			c.q.mu.Unlock()
 			if wake {
@@ -769,7 +769,7 @@ func (c *consumer) releaseAll(rolledBack bool) {
 	}
 	c.q.mu.Lock()
 	for p, w := range c.work {
-		if c.releaseLocked(w.slot) {
+		if c.releaseLocked(p, w.slot) {
 			wake = true
 		}
 		if rolledBack && w.delivered > 0 {
@@ -783,15 +783,21 @@ func (c *consumer) releaseAll(rolledBack bool) {
 	}
 }
 
-// releaseLocked ends c's lease of s, if c still holds it (else it was taken
-// over: c's transaction had ended). It reports whether a consumer skipped
-// s while it was leased: that one may be waiting, and must be woken. Under
-// q.mu.
-func (c *consumer) releaseLocked(s *slot) (wake bool) {
+// releaseLocked ends c's lease of partition p's slot s, if c still holds it
+// (else it was taken over: c's transaction had ended). It reports whether a
+// consumer skipped s while it was leased and the partition still holds
+// something past its committed state: that one may be waiting, and must be
+// woken. Under q.mu.
+func (c *consumer) releaseLocked(p int, s *slot) (wake bool) {
 	if s.owner != c {
 		return false
 	}
 	s.owner = nil
-	wake, s.skipped = s.skipped, false
+	if s.skipped {
+		s.skipped = false
+		// Any hole counts: c's snapshot may not see a producer the
+		// skipper's next one does.
+		wake = c.q.index[p].mayHaveWork(&s.committed.st, nil)
+	}
 	return wake
 }

@@ -113,8 +113,11 @@ func levelMayHaveWork(idx []levelMax, prio uint8, l *levelState, t *tx.Tx) bool 
 
 // resolvableHole reports whether t can settle one of l's holes: its
 // producer is now visible (read it, or find it wrote nothing here) or it is
-// known invalid.
+// known invalid. With t nil (no snapshot to judge by), any hole may be.
 func resolvableHole(l *levelState, t *tx.Tx) bool {
+	if t == nil {
+		return len(l.holes) > 0
+	}
 	fip := t.FirstInProgress()
 	for _, h := range l.holes {
 		if h.wp < fip || t.Visible(h.wp) {

@@ -177,6 +177,27 @@ func TestDeadLeaseReadKeepsTakersLease(t *testing.T) {
 	_ = deadCtx.Abort(nil)
 }
 
+// skipThenRelease has peer take its Ready channel and dequeue, finding the
+// partition leased (nothing), then finishes the owner's transaction, and
+// reports whether its release woke peer (nothing else commits meanwhile).
+func skipThenRelease(t *testing.T, e *queuetest.Env, peer queue.Consumer, ownerCtx *tx.Context) bool {
+	t.Helper()
+	must := mustT(t)
+	ready := peer.(queue.Notifier).Ready()
+	var got []queue.Entry
+	must(queuetest.Step(e.Coord, func() (err error) { got, err = peer.Dequeue(10); return err }, peer))
+	if len(got) != 0 {
+		t.Fatalf("read %d entries of a leased partition", len(got))
+	}
+	must(ownerCtx.Finish())
+	select {
+	case <-ready:
+		return true
+	default:
+		return false
+	}
+}
+
 // A consumer that skipped a leased partition and found nothing else waits
 // for a wake-up; the lease's release must give it one when the owner does
 // not come back for what it left: here the owner's instance was scaled
@@ -211,18 +232,10 @@ func TestReleaseWakesConsumerThatSkipped(t *testing.T) {
 	must(e.Queues.Rescale("q", "g", 1))
 
 	c0, _ := e.Queues.Consumer("q", "g", 0)
-	ready := c0.(queue.Notifier).Ready()
-	var got []queue.Entry
-	must(queuetest.Step(e.Coord, func() (err error) { got, err = c0.Dequeue(10); return err }, c0))
-	if len(got) != 0 {
-		t.Fatalf("instance 0 read %d entries of a partition leased by instance 1", len(got))
-	}
-	must(ctx1.Finish())
-	select {
-	case <-ready:
-	default:
+	if !skipThenRelease(t, e, c0, ctx1) {
 		t.Fatal("instance 1 released the partition instance 0 skipped without waking it")
 	}
+	var got []queue.Entry
 	must(queuetest.Step(e.Coord, func() (err error) { got, err = c0.Dequeue(10); return err }, c0))
 	if len(got) != 1 || string(got[0].Payload) != "b" {
 		t.Fatalf("instance 0 got %d entries, want b", len(got))
@@ -269,5 +282,59 @@ func TestLateRollbackKeepsNoMovesOverTaker(t *testing.T) {
 	must(queuetest.Step(e.Coord, func() (err error) { after, err = third.Dequeue(10); return err }, third))
 	if n := len(during) + len(after); n != 1 {
 		t.Fatalf("a delivered %d times (%d during the late rollback, %d after)", n, len(during), len(after))
+	}
+}
+
+// A release wakes the consumers that skipped the partition only when it
+// leaves something there: a FIFO peer that found the partition leased by a
+// transaction that then consumed everything is not woken for nothing (a
+// transaction start and abort each).
+func TestReleaseLeavingNothingWakesNobody(t *testing.T) {
+	e := newEnv(t, true, func(o *Options) { o.EvictInterval = -1 })
+	must := mustT(t)
+	fifoQueue(t, e.Queues, e.Coord, 2)("a", "b")
+	owner, _ := e.Queues.Consumer("q", "g", 0)
+	peer, _ := e.Queues.Consumer("q", "g", 1)
+	ownerCtx := e.Coord.NewContext(owner)
+	_, err := ownerCtx.Start(time.Minute)
+	must(err)
+	if got, err := owner.Dequeue(10); err != nil || len(got) != 2 {
+		t.Fatalf("owner got %d (%v), want 2", len(got), err)
+	}
+	if skipThenRelease(t, e, peer, ownerCtx) {
+		t.Fatal("the owner's release, which left nothing, woke the peer")
+	}
+}
+
+// The release judges what it leaves by the committed state, not by the
+// owner's snapshot: an older producer that committed while the owner held
+// the partition is a hole the owner could not read, and a peer that
+// skipped the partition after that commit's wake-up must be woken again.
+func TestReleaseWakesForHoleOwnerCouldNotRead(t *testing.T) {
+	e := newEnv(t, true, func(o *Options) { o.EvictInterval = -1 })
+	must := mustT(t)
+	enqueue := fifoQueue(t, e.Queues, e.Coord, 2)
+	older, _ := e.Queues.Producer("q")
+	olderCtx := e.Coord.NewContext(older)
+	_, err := olderCtx.Start(time.Minute)
+	must(err)
+	must(older.Enqueue(context.Background(), queue.Event{Payload: []byte("older")}))
+	enqueue("newer")
+	owner, _ := e.Queues.Consumer("q", "g", 0)
+	peer, _ := e.Queues.Consumer("q", "g", 1)
+	ownerCtx := e.Coord.NewContext(owner)
+	_, err = ownerCtx.Start(time.Minute)
+	must(err)
+	if got, err := owner.Dequeue(10); err != nil || len(got) != 1 {
+		t.Fatalf("owner got %d (%v), want newer", len(got), err)
+	}
+	must(olderCtx.Finish())
+	if !skipThenRelease(t, e, peer, ownerCtx) {
+		t.Fatal("the owner's release left the older producer's entry and did not wake the peer")
+	}
+	var got []queue.Entry
+	must(queuetest.Step(e.Coord, func() (err error) { got, err = peer.Dequeue(10); return err }, peer))
+	if len(got) != 1 || string(got[0].Payload) != "older" {
+		t.Fatalf("peer got %d entries, want older", len(got))
 	}
 }
