@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,7 +56,14 @@ func LockDir(dir string) (unlock func(), err error) {
 		}
 		return nil, err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) && holderGone(dir) {
+		if heirWaitHook != nil {
+			heirWaitHook()
+		}
+		err = flockPolling(f, heirWait)
+	}
+	if err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, fmt.Errorf("%w: %s", ErrInUse, dir)
@@ -80,4 +90,36 @@ func RepairBeforeOpen(dir string) error {
 	}
 	defer unlock()
 	return RemoveEmptyLogFiles(dir)
+}
+
+// heirWait bounds LockDir's wait for a lock whose holder, as Badger
+// recorded it (dir/LOCK), is gone: a process the holder was starting when
+// it was killed (between fork and exec) has a copy of its descriptors, the
+// locked directory's among them, until its exec closes them.
+const heirWait = 10 * time.Second
+
+// heirWaitHook, set by tests, runs when LockDir starts waiting for a dead
+// holder's heir.
+var heirWaitHook func()
+
+// holderGone reports whether dir/LOCK names a process that no longer exists.
+func holderGone(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "LOCK"))
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return err == nil && pid > 0 && errors.Is(unix.Kill(pid, 0), unix.ESRCH)
+}
+
+// flockPolling tries the lock until it gets it or wait passed.
+func flockPolling(f *os.File, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
