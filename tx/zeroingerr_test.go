@@ -59,3 +59,52 @@ func TestZeroingSyncErrorFailsNextSync(t *testing.T) {
 		t.Fatalf("append synced after a writeback error the zeroing's sync was told of: %v", err)
 	}
 }
+
+// The roll of a snapshot syncs the full segment (under the log's lock)
+// while the zeroing may hold the segment's sync mutex in its own
+// fdatasync: the roll waits for it, neither deadlocks, and an error the
+// zeroing's sync was told of fails the roll (the segment's last sync), not
+// only a later one.
+func TestRollWaitsForZeroingSync(t *testing.T) {
+	zeroingSyncs := make(chan struct{})
+	failIt := make(chan error)
+	var blockNext atomic.Bool
+	testHookFdatasync = func(f *os.File) error {
+		if blockNext.Swap(false) {
+			close(zeroingSyncs)
+			if err := <-failIt; err != nil {
+				return err
+			}
+		}
+		return fdatasync(f)
+	}
+	zeroAllowed := make(chan struct{})
+	testHookZeroing = func(from, to int) { <-zeroAllowed }
+	t.Cleanup(func() { testHookFdatasync, testHookZeroing = nil, nil })
+
+	l, err := OpenFileLog(t.TempDir(), FileLogOptions{Sync: true, SegmentSize: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Recover(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(&Batch{Edits: []Edit{{Kind: EditReserve, Pointer: 100}}, Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	blockNext.Store(true) // the zeroing's is the next fdatasync
+	close(zeroAllowed)
+	<-zeroingSyncs // it holds the segment's sync mutex now
+	rolled := make(chan error, 1)
+	go func() {
+		_, err := l.Snapshot(&State{NextPointer: 100})
+		rolled <- err
+	}()
+	failIt <- syscall.EIO
+	if err := <-rolled; !errors.Is(err, syscall.EIO) {
+		t.Fatalf("snapshot's roll after the zeroing's sync failed = %v, want EIO", err)
+	}
+	if err := l.Close(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Close of the failed log = %v, want its EIO", err)
+	}
+}
