@@ -116,25 +116,7 @@ func TestStateWriteErrorsAreFailures(t *testing.T) {
 	// ignores the error: the event must fail (and reach the DLQ) as with a
 	// failed Emit, not commit with a write missing.
 	for _, op := range []string{"put", "delete", "add"} {
-		t.Run(op, func(t *testing.T) {
-			dir := t.TempDir()
-			a := runDrain(t, dir, `
-app: t
-flowlets:
-  gen: {type: generator, config: {count: 3}}
-  mid: {type: t_count, retries: {max: 0}, config: {bad_write: `+op+`}}
-connections:
-  - {from: gen, to: mid}
-`, runtime.Options{NoSync: true})
-			if n := counter(t, a, "mid", "n", "total"); n != 0 {
-				t.Errorf("failed events' counter writes committed: %d", n)
-			}
-			a.Close()
-			dl := deadLetters(t, filepath.Join(dir, "data"), "mid")
-			if len(dl) != 3 || !strings.Contains(dl[0].Error, "key") {
-				t.Fatalf("dead letters: %+v", dl)
-			}
-		})
+		t.Run(op, func(t *testing.T) { checkIgnoredStateErrorFails(t, op, "key") })
 	}
 }
 
@@ -143,9 +125,17 @@ func TestStateScanErrorsAreFailures(t *testing.T) {
 	// iterator's Err: the event must fail, as for a failed Get, not
 	// commit writes computed from a scan that failed (no keys).
 	for _, op := range []string{"scan", "count_scan"} {
-		t.Run(op, func(t *testing.T) {
-			dir := t.TempDir()
-			a := runDrain(t, dir, `
+		t.Run(op, func(t *testing.T) { checkIgnoredStateErrorFails(t, op, flowlet.ErrInvalidName.Error()) })
+	}
+}
+
+// checkIgnoredStateErrorFails runs three events through t_count's bad_write
+// op, whose error it ignores: none of their writes may commit, and each is
+// dead-lettered with an error saying wantErr.
+func checkIgnoredStateErrorFails(t *testing.T, op, wantErr string) {
+	t.Helper()
+	dir := t.TempDir()
+	a := runDrain(t, dir, `
 app: t
 flowlets:
   gen: {type: generator, config: {count: 3}}
@@ -153,15 +143,13 @@ flowlets:
 connections:
   - {from: gen, to: mid}
 `, runtime.Options{NoSync: true})
-			if n := counter(t, a, "mid", "n", "total"); n != 0 {
-				t.Errorf("writes of events whose scan failed committed: %d", n)
-			}
-			a.Close()
-			dl := deadLetters(t, filepath.Join(dir, "data"), "mid")
-			if len(dl) != 3 || !strings.Contains(dl[0].Error, flowlet.ErrInvalidName.Error()) {
-				t.Fatalf("dead letters: %+v", dl)
-			}
-		})
+	if n := counter(t, a, "mid", "n", "total"); n != 0 {
+		t.Errorf("failed events' counter writes committed: %d", n)
+	}
+	a.Close()
+	dl := deadLetters(t, filepath.Join(dir, "data"), "mid")
+	if len(dl) != 3 || !strings.Contains(dl[0].Error, wantErr) {
+		t.Fatalf("dead letters: %+v, want 3 saying %q", dl, wantErr)
 	}
 }
 
