@@ -121,9 +121,31 @@ func (b *Backend) Consumer(name, group string, instance int) (queue.ConsumerDriv
 }
 
 func (c *consumer) StartTx(t *tx.Tx) error {
+	c.abandonPersisted()
 	c.releaseAll(false)
 	c.t = t
 	return nil
+}
+
+// abandonPersisted is for a consumer handed a new transaction while the
+// previous one had persisted and never ended here (given up, its goroutine
+// lost). The versions it wrote stay stored until each slot is written
+// again: the slots hold pruning at its pointer, as for one found at Open,
+// and its registration ends (it held the prune bound for good:
+// TestReusedConsumerEndsLostPersist).
+func (c *consumer) abandonPersisted() {
+	if !c.persisted {
+		return
+	}
+	c.q.mu.Lock()
+	for _, w := range c.work {
+		if w.changed {
+			w.slot.holdAt(c.t.WritePointer)
+		}
+	}
+	c.q.mu.Unlock()
+	c.b.endPersist(c.t.WritePointer)
+	c.persisted = false
 }
 
 func (c *consumer) UpdateTx(t *tx.Tx) error { c.t = t; return nil }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -336,5 +337,60 @@ func TestReleaseWakesForHoleOwnerCouldNotRead(t *testing.T) {
 	must(queuetest.Step(e.Coord, func() (err error) { got, err = peer.Dequeue(10); return err }, peer))
 	if len(got) != 1 || string(got[0].Payload) != "older" {
 		t.Fatalf("peer got %d entries, want older", len(got))
+	}
+}
+
+// General path: a consumer's transaction persisted its state and was lost
+// (timed out before its commit), and its owner gave it up and used the same
+// consumer in a new transaction. The lost transaction's Persist stayed
+// registered for good: the prune bound never passed its pointer, and the
+// coordinator's invalid list was never pruned again ("rewritten"). Its
+// version, stored until the slot is written again, still holds the bound
+// ("left": an aborted empty step after a truncate must not move the
+// committed state past it in memory only).
+func TestReusedConsumerEndsLostPersist(t *testing.T) {
+	for _, rewrite := range []bool{true, false} {
+		t.Run(map[bool]string{true: "rewritten", false: "left"}[rewrite], func(t *testing.T) {
+			var moved atomic.Int64
+			n := newGeneralNodeClock(t, func() time.Time { return time.Now().Add(time.Duration(moved.Load())) })
+			must := mustT(t)
+			fifoQueue(t, n.qs, n.coord, 1)("a", "b")
+			c, _ := n.qs.Consumer("q", "g", 0)
+			lost, err := n.coord.StartShort(time.Minute)
+			must(err)
+			must(c.StartTx(lost))
+			if got, err := c.Dequeue(10); err != nil || len(got) != 2 {
+				t.Fatalf("got %d entries (%v), want 2", len(got), err)
+			}
+			must(n.coord.CanCommit(lost, nil))
+			must(c.Persist())
+			moved.Add(int64(2 * time.Minute))
+			if n.coord.ExpireTimedOut() != 1 {
+				t.Fatal("the lost transaction did not time out")
+			}
+			W := lost.WritePointer
+
+			if rewrite {
+				var got []queue.Entry
+				must(queuetest.Step(n.coord, func() (err error) { got, err = c.Dequeue(10); return err }, c))
+				if len(got) != 2 {
+					t.Fatalf("the reused consumer got %d entries, want the lost transaction's 2", len(got))
+				}
+				must(n.b.evict())
+				if n.invalid(W) {
+					t.Fatalf("invalid pointer %d still held from pruning after the reused consumer rewrote its state", W)
+				}
+				return
+			}
+			must(n.qs.TruncateQueue("q"))
+			if err := queuetest.Step(n.coord, func() error { _, err := c.Dequeue(10); return errors.Join(err, errAbort) }, c); !errors.Is(err, errAbort) {
+				t.Fatal(err)
+			}
+			must(n.b.evict())
+			q, _ := n.b.queue("q")
+			if slices.Contains(n.storedStateVersions(q.id, q.groups["g"].meta.ID, 0), W) && !n.invalid(W) {
+				t.Fatalf("the prune bound passed invalid pointer %d while a state version written by it is still stored", W)
+			}
+		})
 	}
 }
