@@ -26,6 +26,7 @@ func testLostConsumer(t *testing.T, e *Env) {
 		}
 	}
 	t.Run("hash/same_consumer_new_tx", func(t *testing.T) { lostConsumerReused(t, e) })
+	t.Run("hash/rescaled_away", func(t *testing.T) { lostConsumerRescaledAway(t, e) })
 	t.Run("wakes_waiting_peer", func(t *testing.T) { lostConsumerWakes(t, e) })
 }
 
@@ -43,6 +44,35 @@ func lostConsumerReused(t *testing.T, e *Env) {
 	}
 	WaitEnded(t, e.Coord, lostTx)
 	expectExactly(t, payloads(drain(t, e, c, 4)), "e", 10)
+}
+
+// lostConsumerRescaledAway: the lost consumer's instance is scaled away
+// while its transaction is open; the remaining instance takes its
+// partitions over once the transaction timed out, and the late Finish
+// changes nothing.
+func lostConsumerRescaledAway(t *testing.T, e *Env) {
+	const n = 20
+	keyedQueue(t, e, "lost-rescaled", 4, queue.Group{Name: "g", Strategy: queue.Hash, Instances: 2}, n)
+	lost, err := e.Queues.Consumer("lost-rescaled", "g", 1)
+	must(t, err)
+	lostCtx := e.Coord.NewContext(lost)
+	lostTx, err := lostCtx.Start(time.Millisecond)
+	must(t, err)
+	if held, err := lost.Dequeue(n); err != nil || len(held) == 0 {
+		t.Fatalf("the consumer to lose got %d entries (%v)", len(held), err)
+	}
+	must(t, e.Queues.Rescale("lost-rescaled", "g", 1))
+	WaitEnded(t, e.Coord, lostTx)
+	c, err := e.Queues.Consumer("lost-rescaled", "g", 0)
+	must(t, err)
+	all := drain(t, e, c, n)
+	if len(all) != n {
+		t.Fatalf("the remaining instance got %d of %d entries: the lost transaction's partitions stay leased", len(all), n)
+	}
+	if err := lostCtx.Finish(); !errors.Is(err, tx.ErrNotInProgress) {
+		t.Fatalf("the timed-out transaction's commit returned %v, want ErrNotInProgress", err)
+	}
+	expectExactly(t, payloads(append(all, drain(t, e, c, n)...)), "e", n)
 }
 
 func lostConsumer(t *testing.T, e *Env, s queue.Strategy, lateFinish bool) {
