@@ -92,6 +92,19 @@ type StepSplitter interface {
 	DropStep(err error)
 }
 
+// StopDrainer is implemented by a source holding records it took from
+// outside and cannot take again (stdin_source's lines read ahead of its
+// steps). When the app stops (Run's context cancelled: a signal, not Scale
+// removing the instance), the runtime calls StopTaking, which returns once
+// the source takes nothing more from outside; then it runs the source's
+// steps, on a context not cancelled (each bounded by Options.StepTimeout),
+// without waiting for back-pressure or a pause, until a step emits nothing
+// (ErrIdle or ErrEndOfInput) or fails (no retries: the app is stopping),
+// so that a graceful stop commits what the source took. Run returns after.
+type StopDrainer interface {
+	StopTaking()
+}
+
 // route is one output of one instance: a producer on the output's queue.
 type route struct {
 	queue    string
@@ -443,15 +456,17 @@ func (in *instance) runSource(ctx context.Context) error {
 	idle.Stop()
 	defer idle.Stop()
 	for ctx.Err() == nil && !in.stopping() {
-		if ok, err := in.waitUnpaused(ctx); !ok {
+		if ok, err := in.waitUnpaused(ctx); err != nil {
 			return err
+		} else if !ok {
+			break
 		}
 		if waited, ok := in.waitBacklog(ctx); !ok {
-			return nil
+			break
 		} else if waited {
 			continue // paused meanwhile? (waitUnpaused)
 		}
-		res, err := in.sourceStep(ctx)
+		res, err := in.sourceStep(ctx, false)
 		if err == nil && res != srcMore {
 			err = in.settle() // idle or done: sync now
 		}
@@ -488,7 +503,39 @@ func (in *instance) runSource(ctx context.Context) error {
 			}
 		}
 	}
-	return nil
+	return in.drainAtStop(ctx)
+}
+
+// drainAtStop commits, when the app stops, what a StopDrainer took from
+// outside (see StopDrainer). A step that fails ends it: the rest is lost,
+// as it was before StopDrainer, and logged.
+func (in *instance) drainAtStop(ctx context.Context) error {
+	d, ok := in.f.(StopDrainer)
+	if !ok || ctx.Err() == nil || in.stopping() {
+		return nil
+	}
+	if err := safeCall(func() error { d.StopTaking(); return nil }); err != nil {
+		in.logger.Error("stopping: the source's StopTaking failed; what it took is lost", "err", err)
+		return nil
+	}
+	in.activate()
+	notCancelled := context.WithoutCancel(ctx)
+	for {
+		bounded, cancel := context.WithTimeout(notCancelled, in.a.opts.StepTimeout)
+		res, err := in.sourceStep(bounded, true)
+		cancel()
+		if err != nil && fatalErr(err) {
+			return err
+		}
+		if err != nil {
+			in.logger.Error("stopping: a last step of the source failed; what it took and did not commit is lost", "err", err)
+			in.st.setErr(err)
+			return nil
+		}
+		if res != srcMore { // it holds nothing more
+			return nil
+		}
+	}
 }
 
 // sourceStopped counts a source instance that ended or gave up, and closes
@@ -1153,10 +1200,11 @@ func (in *instance) deadLetter(sc *stepCtx, e *inEvent, reason string) {
 // be redone (a failure, a split, a conflict) while the source is paused is left to
 // runSource: it parks, and the step after the resume is a new one, its
 // retries counted afresh (http_source refused the paused step's requests).
-func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
+// atStop (drainAtStop): no pause holds the step and a failure is not retried.
+func (in *instance) sourceStep(ctx context.Context, atStop bool) (srcResult, error) {
 	tries := 0
 	for redo := false; ; redo = true {
-		if redo && in.frt.paused.Load() {
+		if redo && !atStop && in.frt.paused.Load() {
 			return srcMore, nil
 		}
 		t0 := time.Now()
@@ -1183,7 +1231,7 @@ func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 			tries++
 			in.logFailure(gerr, 0)
 			in.st.failed.Add(1)
-			if tries > in.fl.Retry.Max || flowlet.IsPermanent(gerr) {
+			if tries > in.fl.Retry.Max || flowlet.IsPermanent(gerr) || atStop {
 				return srcMore, gerr
 			}
 			in.retryWait(ctx, in.backoff(tries))
@@ -1239,7 +1287,7 @@ func (in *instance) sourceStep(ctx context.Context) (srcResult, error) {
 				// back-pressure as any other does (runSource).
 				return srcMore, nil
 			}
-			if tries > in.fl.Retry.Max {
+			if tries > in.fl.Retry.Max || atStop {
 				return srcMore, err
 			}
 			in.retryWait(ctx, in.backoff(tries))

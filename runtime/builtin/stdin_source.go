@@ -26,7 +26,8 @@ func init() {
 // lines (SplitStep); a line that fails alone goes to the dead-letter queue
 // (DropStep).
 // Lines read but not committed when the process dies are lost: standard
-// input cannot be re-read (specs/guarantees.md).
+// input cannot be re-read (specs/guarantees.md). On a graceful stop the
+// runtime commits them (runtime.StopDrainer: StopTaking).
 type StdinSource struct {
 	in      io.Reader
 	maxLine int
@@ -45,6 +46,14 @@ type StdinSource struct {
 	done     chan struct{} // closed when the reader ends
 	closed   chan struct{} // closed by Close: the reader waits for room no more
 	close1   sync.Once
+
+	// StopTaking: stopped (under mu) ends the reader once it turned the
+	// lines it holds into pending ones; reading (under mu) is that it may
+	// be blocked reading the input, and stopNow wakes it waiting for room.
+	stopped bool
+	reading bool
+	stopNow chan struct{}
+	stop1   sync.Once
 
 	// After a step too large or too slow (runtime.StepSplitter): limit
 	// bounds its lines; aborted is the last aborted step's lines (back in
@@ -79,6 +88,7 @@ func (s *StdinSource) Init(ic flowlet.InitContext) error {
 	s.room = make(chan struct{}, 1)
 	s.done = make(chan struct{})
 	s.closed = make(chan struct{})
+	s.stopNow = make(chan struct{})
 	go s.read()
 	return nil
 }
@@ -103,7 +113,7 @@ func (s *StdinSource) configure(ic flowlet.InitContext) error {
 
 func (s *StdinSource) read() {
 	defer close(s.done)
-	r := bufio.NewReaderSize(s.in, 64<<10)
+	r := bufio.NewReaderSize(stopGate{s}, 64<<10)
 	var line []byte
 	tooLong := false
 	for {
@@ -113,6 +123,9 @@ func (s *StdinSource) read() {
 		default:
 		}
 		chunk, err := r.ReadSlice('\n')
+		if errors.Is(err, errStopped) { // a line partly read is lost
+			return
+		}
 		complete := err == nil
 		body := chunk
 		if complete {
@@ -130,10 +143,12 @@ func (s *StdinSource) read() {
 		// end of input then comes with no bytes.
 		if complete || (atEOF && (len(chunk) > 0 || len(line) > 0 || tooLong)) {
 			s.mu.Lock()
-			for len(s.pending)+len(s.dead) >= 2*min(s.perStep, stdinAheadBytes) || s.aheadB >= stdinAheadBytes {
+			// Past the bound at a stop: what is buffered (64 KiB at most).
+			for !s.stopped && (len(s.pending)+len(s.dead) >= 2*min(s.perStep, stdinAheadBytes) || s.aheadB >= stdinAheadBytes) {
 				s.mu.Unlock()
 				select {
 				case <-s.room:
+				case <-s.stopNow:
 				case <-s.closed: // no step will take lines: end
 					return
 				}
@@ -170,6 +185,54 @@ func (s *StdinSource) Close() error {
 		s.close1.Do(func() { close(s.closed) })
 	}
 	return nil
+}
+
+// errStopped ends the reader at StopTaking: no more reads of the input.
+var errStopped = errors.New("stdin_source: stopped taking input")
+
+// stopGate is the reader's input: after StopTaking it reads no more, and
+// a read under way at StopTaking (not waited for) returns nothing.
+type stopGate struct{ s *StdinSource }
+
+func (g stopGate) Read(p []byte) (int, error) {
+	s := g.s
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return 0, errStopped
+	}
+	s.reading = true
+	s.mu.Unlock()
+	n, err := s.in.Read(p)
+	s.mu.Lock()
+	s.reading = false
+	lost := s.stopped
+	s.mu.Unlock()
+	if lost {
+		return 0, errStopped
+	}
+	return n, err
+}
+
+// StopTaking implements runtime.StopDrainer: the reader reads standard
+// input no more, and every whole line it read is pending for the steps
+// when StopTaking returns, also those past the read-ahead bound (64 KiB
+// at most, its buffer). A reader blocked in a read (it held no whole line)
+// is not waited for: what that read returns later is lost, as what is
+// still in the pipe is (one read, 64 KiB at most), and so is a line
+// partly read.
+func (s *StdinSource) StopTaking() {
+	if s.stopNow == nil { // not initialized: no reader
+		return
+	}
+	s.mu.Lock()
+	s.stopped = true
+	reading := s.reading
+	s.mu.Unlock()
+	s.stop1.Do(func() { close(s.stopNow) })
+	if !reading {
+		<-s.done // it turns what it holds into lines, then ends
+	}
 }
 
 func (s *StdinSource) signal() {
