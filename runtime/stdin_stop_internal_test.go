@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -150,5 +151,44 @@ connections:
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStdinSourceStopStepFails: a step of the source's last ones (after
+// the stop) that fails ends them at once, not retried (its backoff is an
+// hour here) and Run still returns nil: the app is stopping.
+func TestStdinSourceStopStepFails(t *testing.T) {
+	pipeStdin(t, "a\nb\nc\nd\n")
+	a := openYAML(t, `
+app: stopfails
+flowlets:
+  src: {type: stdin_source, retries: {max: 5, backoff: 1h, max_backoff: 1h}, config: {lines_per_step: 1}}
+  sink: {type: t_take}
+connections:
+  - {from: src, to: sink}
+`, Options{NoSync: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	failed := 0
+	onSrcCommit(a, func(_ *stepCtx, evs []string) error {
+		if ctx.Err() == nil {
+			cancel() // the first step commits, with the stop
+			return nil
+		}
+		failed++
+		return errors.New("test: a last step fails")
+	})
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	select { // a hang detector, not a timing assertion
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run still runs a minute after the stop: a failed last step retried?")
+	}
+	if failed != 1 {
+		t.Errorf("%d last steps failed, want 1: the first ends them", failed)
 	}
 }
