@@ -72,7 +72,8 @@
 // StepObserver (told of each commit and abort), Publisher (publishes
 // committed output after each step that consumed input), Waker, Poller,
 // Ingester (App.Ingest, the HTTP API's ingest), StepSplitter (a source
-// step redone with less input) and BatchBorrower; a step's Context also implements
+// step redone with less input), StopDrainer (a source whose read-ahead
+// commits on a graceful stop) and BatchBorrower; a step's Context also implements
 // DeadLetterer and EventDeadLetterer. runtime/builtin uses them.
 //
 // # Operating a running app

@@ -9,7 +9,8 @@
 //
 //   - file_source (path, follow, max_line_bytes, lines_per_step): reads a
 //     file line by line; its byte offset commits with the lines it emitted.
-//   - stdin_source (max_line_bytes, lines_per_step): lines from standard input.
+//   - stdin_source (max_line_bytes, lines_per_step): lines from standard input;
+//     a graceful stop commits the lines it read ahead (runtime.StopDrainer).
 //   - generator (count, rate, payload, keys, batch): numbered synthetic events.
 //   - http_source (addr, path, split, max_body_bytes): POST bodies to
 //     exactly path become events; the response comes after the commit. addr

@@ -393,7 +393,7 @@ func exitOnSecondSignal(sigs <-chan os.Signal, ended <-chan struct{}, log *slog.
 			log.Info("stopping: waiting for the steps in flight; a second signal exits at once", "signal", sig)
 			continue
 		}
-		log.Warn("second signal: exiting without waiting for the steps in flight (they abort; nothing is lost)", "signal", sig)
+		log.Warn("second signal: exiting without waiting for the steps in flight (they abort and run again from their inputs; a stdin_source's lines read and not yet committed are lost)", "signal", sig)
 		code := 128 + int(syscall.SIGTERM)
 		if s, ok := sig.(syscall.Signal); ok {
 			code = 128 + int(s)
