@@ -88,3 +88,26 @@ func TestServerCheckConfig(t *testing.T) {
 type upperless struct{}
 
 func (upperless) Process(flowlet.Context, flowlet.Event) error { return nil }
+
+// A plugin whose parent is already init when it starts was orphaned, unless
+// its host is init itself (pid 1 in a container) or it was not started by a
+// flowrun host at all.
+func TestOrphanedAtStart(t *testing.T) {
+	for _, c := range []struct {
+		ppid int
+		env  string
+		want bool
+	}{
+		{1, "4242", true},  // the host was killed between fork and the plugin's start
+		{0, "4242", true},  // no parent at all
+		{1, "1", false},    // the host is pid 1
+		{1, "", false},     // not started by a flowrun host: nothing to go by
+		{1, "junk", false}, // nor with a bad value
+		{4242, "4242", false},
+		{777, "4242", false}, // a wrapper between host and plugin: watched as before
+	} {
+		if got := orphanedAtStart(c.ppid, c.env); got != c.want {
+			t.Errorf("orphanedAtStart(%d, %q) = %v, want %v", c.ppid, c.env, got, c.want)
+		}
+	}
+}

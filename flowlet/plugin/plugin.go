@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"sync"
 	"time"
 
@@ -86,9 +87,17 @@ func Serve(newFlowlet func() flowlet.Flowlet, info flowlet.TypeInfo) {
 	})
 }
 
+// HostPIDEnv names the environment variable in which the host gives its
+// pid to the plugin processes it starts.
+const HostPIDEnv = "FLOWRUN_PLUGIN_HOST_PID"
+
 // exitWithHost exits the process once its parent, the host, is gone (a
 // host killed with SIGKILL cannot stop its plugins; they are reparented).
 func exitWithHost(host int) {
+	if orphanedAtStart(host, os.Getenv(HostPIDEnv)) {
+		fmt.Fprintln(os.Stderr, "flowrun plugin: the host process was gone before the plugin started; exiting")
+		os.Exit(2)
+	}
 	if host <= 1 {
 		return
 	}
@@ -99,6 +108,15 @@ func exitWithHost(host int) {
 			os.Exit(2)
 		}
 	}
+}
+
+// orphanedAtStart reports whether a plugin whose parent is ppid at its
+// start was reparented already: its host (hostEnv, HostPIDEnv) was killed
+// between starting it and its first look. A parent pid of 1 is the host
+// itself only when the host is pid 1 (a container's init).
+func orphanedAtStart(ppid int, hostEnv string) bool {
+	host, err := strconv.Atoi(hostEnv)
+	return ppid <= 1 && err == nil && host > 1
 }
 
 // ProfileEnv names an environment variable for diagnostics: when set, the

@@ -194,7 +194,8 @@ func (p *Plugin) start(ctx context.Context, idx int) (*proc, error) {
 			// spec holds go-plugin's environment only (SkipHostEnv): it
 			// goes last, so that neither the host's nor Options.Env
 			// overrides the handshake's variables.
-			cmd.Env = append(append(os.Environ(), p.opts.Env...), spec.Env...)
+			cmd.Env = append(append(os.Environ(), p.opts.Env...), plugin.HostPIDEnv+"="+strconv.Itoa(os.Getpid()))
+			cmd.Env = append(cmd.Env, spec.Env...)
 			cmd.Stdin = spec.Stdin
 			return newCmdRunner(cmd)
 		},
