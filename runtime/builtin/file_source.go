@@ -480,6 +480,15 @@ func (s *FileSource) Generate(ctx flowlet.Context) error {
 	return nil
 }
 
+// Committed implements runtime.StepObserver (see Aborted).
+func (s *FileSource) Committed() {}
+
+// Aborted implements runtime.StepObserver: the step may have been the one
+// recording the path (check), so the next checks again. A step that read
+// lines is rechecked anyway (the committed position is not the one it
+// left); one that read nothing (an empty file, following) was not.
+func (s *FileSource) Aborted() { s.checked = false }
+
 // SplitStep implements runtime.StepSplitter: the step just aborted was too
 // large or too slow; the next takes half its lines, if it had several.
 // The offset commits with the lines of each smaller step, as with any.

@@ -226,3 +226,29 @@ func TestFollowTruncatedWhileBehind(t *testing.T) {
 	}
 	wantLines(t, got, records("d", 0, 40))
 }
+
+// The step that records the source's path can abort (a conflict, a commit
+// that failed): the next step must record it again, also when it reads
+// nothing (an empty file, following), else a later run could not tell that
+// the path changed under a committed offset.
+func TestFileSourceRecordsPathAfterAbort(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.txt")
+	writeFile(t, in, "")
+	ctx := flowlettest.New("src")
+	s := openSource(t, ctx, in, true)
+	err := s.Generate(ctx) // the first step: checks the position, records the path
+	if err != nil && !errors.Is(err, flowlet.ErrIdle) {
+		t.Fatal(err)
+	}
+	ctx.Abort()
+	if o, ok := any(s).(interface{ Aborted() }); ok {
+		o.Aborted() // as the runtime tells a StepObserver
+	}
+	if err := ctx.Generate(s); err != nil && !errors.Is(err, flowlet.ErrIdle) {
+		t.Fatal(err)
+	}
+	if got, ok := ctx.Get(posTable, string(pathKey)); !ok {
+		t.Fatalf("path not recorded after the aborted step (got %q)", got)
+	}
+}
