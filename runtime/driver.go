@@ -99,8 +99,9 @@ type StepSplitter interface {
 // the source takes nothing more from outside; then it runs the source's
 // steps, on a context not cancelled (each bounded by Options.StepTimeout),
 // without waiting for back-pressure or a pause, until a step emits nothing
-// (ErrIdle or ErrEndOfInput) or fails (no retries: the app is stopping),
-// so that a graceful stop commits what the source took. Run returns after.
+// (ErrIdle or ErrEndOfInput) or fails (no retries: the app is stopping;
+// a StepSplitter's unit too slow alone is dropped at once, DropStep), so
+// that a graceful stop commits what the source took. Run returns after.
 type StopDrainer interface {
 	StopTaking()
 }
@@ -1276,8 +1277,9 @@ func (in *instance) sourceStep(ctx context.Context, atStop bool) (srcResult, err
 			tries++
 			in.logFailure(err, 0)
 			in.st.failed.Add(1)
-			if split != nil && (tooLarge || tries > in.fl.Retry.Max) {
-				// One unit that fails alone: given up, the source goes on.
+			if split != nil && (tooLarge || tries > in.fl.Retry.Max || atStop) {
+				// One unit that fails alone: given up, the source goes on
+				// (at the stop, not retried, it would be lost with the rest).
 				if tooLarge {
 					err = flowlet.Permanent(err)
 				}

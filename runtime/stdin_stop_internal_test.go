@@ -5,9 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flowrun/flowrun/tx"
 )
 
 // TestStdinSourceSilentStops: an app whose standard input never sends nor
@@ -67,25 +70,8 @@ func TestStdinSourceStopCommitsReadAhead(t *testing.T) {
 
 func testStdinStopCommits(t *testing.T, held string) {
 	const lines, perStep = 100, 5
-	w := openStdinPipe(t)
-	defer w.Close() // open until the end: the source's next read blocks
-	var input strings.Builder
-	for i := range lines {
-		fmt.Fprintf(&input, "l%d\n", i)
-	}
-	// Far less than a pipe's buffer, written before the app opens: the
-	// source's first read takes every line at once.
-	if _, err := w.WriteString(input.String()); err != nil {
-		t.Fatal(err)
-	}
-	a := openYAML(t, fmt.Sprintf(`
-app: stopstdin
-flowlets:
-  src: {type: stdin_source, config: {lines_per_step: %d, max_backlog: 1}}
-  sink: {type: t_take}
-connections:
-  - {from: src, to: sink}
-`, perStep), Options{NoSync: true})
+	stdinLinesOpen(t, lines)
+	a := openStdinApp(t, fmt.Sprintf("config: {lines_per_step: %d, max_backlog: 1}", perStep))
 	if held == "backlog" {
 		if err := a.Pause("sink"); err != nil { // the backlog stays
 			t.Fatal(err)
@@ -140,18 +126,43 @@ connections:
 	case <-hang:
 		t.Fatal("Run still runs a minute after the stop")
 	}
+	if n := srcLinesTaken(t, a); n != lines {
+		t.Errorf("%d lines committed after the stop, want the %d the source took", n, lines)
+	}
+}
+
+// stdinLinesOpen makes standard input, for the test, a pipe holding the
+// lines l0 … ln-1 and left open until the test ends (the source's read
+// after them blocks). Far less than a pipe's buffer, written before the
+// app opens: the source's first read takes every line at once.
+func stdinLinesOpen(t *testing.T, n int) {
+	t.Helper()
+	w := openStdinPipe(t)
+	t.Cleanup(func() { w.Close() })
+	var input strings.Builder
+	for i := range n {
+		fmt.Fprintf(&input, "l%d\n", i)
+	}
+	if _, err := w.WriteString(input.String()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// srcLinesTaken is the count of lines src (a stdin_source) committed.
+func srcLinesTaken(t *testing.T, a *App) uint64 {
+	t.Helper()
+	var n uint64
 	if err := a.View("src", func(r StateReader) error {
 		v, ok, err := r.Table("position").Get([]byte("pos"))
 		if err != nil || !ok || len(v) != 8 {
 			return fmt.Errorf("src's position: %x, %v, %v", v, ok, err)
 		}
-		if n := binary.BigEndian.Uint64(v); n != lines {
-			t.Errorf("%d lines committed after the stop, want the %d the source took", n, lines)
-		}
+		n = binary.BigEndian.Uint64(v)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
+	return n
 }
 
 // TestStdinSourceStopStepFails: a step of the source's last ones (after
@@ -159,24 +170,53 @@ connections:
 // hour here) and Run still returns nil: the app is stopping.
 func TestStdinSourceStopStepFails(t *testing.T) {
 	pipeStdin(t, "a\nb\nc\nd\n")
-	a := openYAML(t, `
-app: stopfails
-flowlets:
-  src: {type: stdin_source, retries: {max: 5, backoff: 1h, max_backoff: 1h}, config: {lines_per_step: 1}}
-  sink: {type: t_take}
-connections:
-  - {from: src, to: sink}
-`, Options{NoSync: true})
+	a := openStdinApp(t, "retries: {max: 5, backoff: 1h, max_backoff: 1h}, config: {lines_per_step: 1}")
+	failed := 0
+	runStoppedAtFirstCommit(t, a, func([]string) error {
+		failed++
+		return errors.New("test: a last step fails")
+	})
+	if failed != 1 {
+		t.Errorf("%d last steps failed, want 1: the first ends them", failed)
+	}
+}
+
+// TestStdinSourceStopSlowLineDeadLettered: a line whose step is too slow
+// alone (past step_timeout) among the last steps after the stop goes to
+// the source's dead-letter queue, as it does after its retries while the
+// app runs, and the lines after it commit: the last steps retry nothing,
+// and ending them there lost the line and every line after it.
+func TestStdinSourceStopSlowLineDeadLettered(t *testing.T) {
+	const lines, slow = 100, "l20"
+	stdinLinesOpen(t, lines)
+	a := openStdinApp(t, "retries: {max: 2, backoff: 1h, max_backoff: 1h}, config: {lines_per_step: 5}")
+	runStoppedAtFirstCommit(t, a, func(evs []string) error {
+		if slices.Contains(evs, slow) {
+			return fmt.Errorf("%w (test: %s is slow)", tx.ErrNotInProgress, slow)
+		}
+		return nil
+	})
+	if n := srcLinesTaken(t, a); n != lines {
+		t.Errorf("%d lines taken after the stop, want the %d the source read (%s dead-lettered)", n, lines, slow)
+	}
+	if dead := srcDeadLetters(t, a); len(dead) != 1 || string(dead[0].Payload) != slow {
+		t.Errorf("dead letters of src: %+v, want %s's", dead, slow)
+	}
+}
+
+// runStoppedAtFirstCommit runs a, an app whose stdin_source is src, and
+// stops it as src's first step commits; src's commits after the stop
+// fail with what afterStop returns for their lines. Run must return nil.
+func runStoppedAtFirstCommit(t *testing.T, a *App, afterStop func(evs []string) error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	failed := 0
 	onSrcCommit(a, func(_ *stepCtx, evs []string) error {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil { // src's goroutine only
 			cancel() // the first step commits, with the stop
 			return nil
 		}
-		failed++
-		return errors.New("test: a last step fails")
+		return afterStop(evs)
 	})
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -188,7 +228,18 @@ connections:
 	case <-time.After(time.Minute):
 		t.Fatal("Run still runs a minute after the stop: a failed last step retried?")
 	}
-	if failed != 1 {
-		t.Errorf("%d last steps failed, want 1: the first ends them", failed)
-	}
+}
+
+// openStdinApp opens an app whose stdin_source src, with the rest of its
+// spec srcSpec, feeds sink (t_take).
+func openStdinApp(t *testing.T, srcSpec string) *App {
+	t.Helper()
+	return openYAML(t, fmt.Sprintf(`
+app: stopstdin
+flowlets:
+  src: {type: stdin_source, %s}
+  sink: {type: t_take}
+connections:
+  - {from: src, to: sink}
+`, srcSpec), Options{NoSync: true})
 }
