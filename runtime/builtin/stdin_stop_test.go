@@ -18,6 +18,7 @@ import (
 func TestStdinSourceStopTakingFlushes(t *testing.T) {
 	const perStep = 3
 	s, ctx, _ := readAhead(t, 1000, perStep)
+	waitReadDone(t, s, 2*perStep+1)
 	s.StopTaking()
 	got, err := stepsAfterStop(t, ctx, s)
 	if !errors.Is(err, flowlet.ErrIdle) {
@@ -33,6 +34,29 @@ func TestStdinSourceStopTakingFlushes(t *testing.T) {
 	for i, l := range got {
 		if l != fmt.Sprintf("l%d", i) {
 			t.Fatalf("line %d is %q, want l%d", i, l, i)
+		}
+	}
+}
+
+// waitReadDone returns once s's reader (over a lineReader) has read lines
+// lines and is not in a read: readAhead returns as soon as the lines of two
+// steps are pending, and the reader's read of the next line, under way at
+// a StopTaking, would be lost, as a read blocked then is.
+func waitReadDone(t *testing.T, s *StdinSource, lines int) {
+	t.Helper()
+	hang := time.After(time.Minute) // a hang detector, not a timing assertion
+	for {
+		s.mu.Lock()
+		// i is written in a read only: not while reading is false.
+		done := !s.reading && s.in.(*lineReader).i >= lines
+		s.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-hang:
+			t.Fatalf("the reader has not read %d lines in a minute", lines)
+		case <-time.After(time.Millisecond):
 		}
 	}
 }
