@@ -1226,7 +1226,7 @@ func (in *instance) sourceStep(ctx context.Context, atStop bool) (srcResult, err
 		}
 		if gerr != nil {
 			in.rollback()
-			if ctx.Err() != nil {
+			if ctx.Err() != nil && !atStop { // the app stops; at the stop, ctx is the step's own
 				return srcIdle, nil
 			}
 			tries++

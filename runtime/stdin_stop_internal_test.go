@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/tx"
 )
 
@@ -220,6 +223,12 @@ func runStoppedAtFirstCommit(t *testing.T, a *App, afterStop func(evs []string) 
 	})
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
+	waitRunNil(t, done)
+}
+
+// waitRunNil waits for Run's error on done, which must be nil.
+func waitRunNil(t *testing.T, done <-chan error) {
+	t.Helper()
 	select { // a hang detector, not a timing assertion
 	case err := <-done:
 		if err != nil {
@@ -242,4 +251,59 @@ flowlets:
 connections:
   - {from: src, to: sink}
 `, srcSpec), Options{NoSync: true})
+}
+
+// TestStopDrainerTimedOutStepFails: a last step (after the stop) that runs
+// out of its step_timeout and fails is a failure, counted and logged, not
+// the app's stop: its context is the step's own, not Run's. It passed for
+// the stop itself (an idle step): the source was taken for holding nothing
+// more, and what it held was lost without a word.
+func TestStopDrainerTimedOutStepFails(t *testing.T) {
+	a := openYAML(t, `
+app: drainslow
+flowlets:
+  src: {type: t_drainslow}
+  sink: {type: t_take}
+connections:
+  - {from: src, to: sink}
+`, Options{NoSync: true, StepTimeout: 50 * time.Millisecond})
+	src := a.byName["src"].insts[0].f.(*drainSlow)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	<-src.generating
+	cancel()
+	waitRunNil(t, done)
+	for _, st := range a.Status().Flowlets {
+		if st.Name == "src" && (st.Failed != 1 || !strings.Contains(st.LastError, errDrainSlow.Error())) {
+			t.Errorf("src: %d failed, last error %q; want its last step's failure", st.Failed, st.LastError)
+		}
+	}
+}
+
+var errDrainSlow = errors.New("test: a last step ran out of time")
+
+// drainSlow (t_drainslow) is a StopDrainer that holds a record at the
+// stop: its last step waits for the step's context to end, then fails.
+type drainSlow struct {
+	generating chan struct{} // closed at its first step
+	once       sync.Once
+	stopped    atomic.Bool
+}
+
+func (d *drainSlow) Generate(ctx flowlet.Context) error {
+	d.once.Do(func() { close(d.generating) })
+	if !d.stopped.Load() {
+		return flowlet.ErrIdle
+	}
+	<-ctx.Done()
+	return fmt.Errorf("%w: %w", errDrainSlow, ctx.Err())
+}
+
+func (d *drainSlow) StopTaking() { d.stopped.Store(true) }
+
+func init() {
+	flowlet.Register("t_drainslow", func() flowlet.Flowlet { return &drainSlow{generating: make(chan struct{})} },
+		flowlet.TypeInfo{Source: true, Outputs: []string{"out"}})
 }
