@@ -217,8 +217,8 @@ func (g stopGate) Read(p []byte) (int, error) {
 // StopTaking implements runtime.StopDrainer: the reader reads standard
 // input no more, and every whole line it read is pending for the steps
 // when StopTaking returns, also those past the read-ahead bound (64 KiB
-// at most, its buffer). A reader blocked in a read (it held no whole line)
-// is not waited for: what that read returns later is lost, as what is
+// at most, its buffer). A reader in a read (it held no whole line) is not
+// waited for, blocked or not: what that read returns is lost, as what is
 // still in the pipe is (one read, 64 KiB at most), and so is a line
 // partly read.
 func (s *StdinSource) StopTaking() {
