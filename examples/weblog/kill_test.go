@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -211,6 +212,11 @@ func TestLeftoversFoundAndKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
+	// Until its exec the child shows the test's environment, without the
+	// mark: wait for the exec.
+	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(markedProcs(mark), cmd.Process.Pid) && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	left := leftovers(mark, 0)
 	if len(left) != 1 || !strings.Contains(left[0], fmt.Sprintf("pid %d ", cmd.Process.Pid)) {
 		t.Fatalf("leftovers %q, want the sleep, pid %d", left, cmd.Process.Pid)
