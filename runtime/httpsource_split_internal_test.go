@@ -129,17 +129,7 @@ func runFailingHTTPStep(t *testing.T, fault error, viaHTTP bool) ([][]string, in
 	if r := <-ingest(false, "after"); r.err != nil {
 		t.Errorf("a request after the failing one: %v", r.err)
 	}
-	sinkCount := func() int64 {
-		var n int64
-		if err := a.View("sink", func(r StateReader) error {
-			var err error
-			n, err = r.Counters("n").Get([]byte("ok"))
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	sinkCount := func() int64 { return countOf(t, a, "sink", "n", "ok") }
 	const want = 8 // all but x
 	for n := sinkCount(); n < want && ctx.Err() == nil && !t.Failed(); n = sinkCount() {
 		time.Sleep(time.Millisecond)

@@ -62,14 +62,7 @@ connections:
 	if whilePaused > 0 {
 		t.Errorf("%d steps of src ran while it was paused", whilePaused)
 	}
-	var n int64
-	if err := a.View("sink", func(r StateReader) error {
-		var err error
-		n, err = r.Counters("n").Get([]byte("ok"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	n := countOf(t, a, "sink", "n", "ok")
 	if n != 10 {
 		t.Errorf("sink counted %d events, want 10 (attempts %d)", n, attempts)
 	}

@@ -47,14 +47,7 @@ connections:
 	if err := a.Run(ctx); err != nil || ctx.Err() != nil {
 		t.Fatalf("run: %v (%v)", err, ctx.Err())
 	}
-	var ok int64
-	if err := a.View("sink", func(r StateReader) error {
-		var err error
-		ok, err = r.Counters("n").Get([]byte("ok"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	ok := countOf(t, a, "sink", "n", "ok")
 	a.Close()
 	if ok != 10 { // all but e3 (refused) and e7 (slow)
 		t.Errorf("sink counted %d events, want 10", ok)

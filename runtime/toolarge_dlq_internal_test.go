@@ -80,14 +80,7 @@ func TestDeadLetterTooLarge(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	var ok int64
-	if err := a.View("sink", func(r StateReader) error {
-		var err error
-		ok, err = r.Counters("n").Get([]byte("ok"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	ok := countOf(t, a, "sink", "n", "ok")
 	st := a.Status()
 	a.Close()
 	if ok != 5 {
