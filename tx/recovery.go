@@ -67,7 +67,13 @@ func (c *Coordinator) restore(s *State, edits []Edit) (refused bool) {
 			}
 		}
 	}
+	endedFirst := endedBeforeStart(edits)
 	for _, e := range edits {
+		if endedFirst[e.TxID] && (e.Kind == EditStart || e.Kind == EditCheckpoint || e.Kind == EditCommitting) {
+			// Ended before its START landed: only its pointers count.
+			c.nextPointer = max(c.nextPointer, e.TxID+1, e.Pointer+1)
+			continue
+		}
 		c.replay(e)
 	}
 	// Every pointer below the reservation may have been handed out.
@@ -104,6 +110,38 @@ func (c *Coordinator) restore(s *State, edits []Edit) (refused bool) {
 	// and the counters must add up (Stats).
 	c.stats.started = uint64(len(c.inProgress))
 	return refused
+}
+
+// endedBeforeStart returns the transactions whose COMMITTED, ABORTED or
+// INVALID comes in edits before their START. CanCommit writes a short
+// transaction's START (with its COMMITTING) without c.mu, so an Abort or a
+// timeout racing that write can log the end first; replayed in order, the
+// START would bring the transaction back in progress, holding its change keys
+// and the prune bound until its timeout ran out again. Transaction ids are
+// never reused, so an end before the START is the end.
+func endedBeforeStart(edits []Edit) map[uint64]bool {
+	var startAt map[uint64]int
+	for i, e := range edits {
+		if e.Kind == EditStart {
+			if startAt == nil {
+				startAt = make(map[uint64]int)
+			}
+			startAt[e.TxID] = i
+		}
+	}
+	var ended map[uint64]bool
+	for i, e := range edits {
+		switch e.Kind {
+		case EditCommitted, EditAborted, EditInvalid:
+			if at, ok := startAt[e.TxID]; ok && at > i {
+				if ended == nil {
+					ended = make(map[uint64]bool)
+				}
+				ended[e.TxID] = true
+			}
+		}
+	}
+	return ended
 }
 
 func (c *Coordinator) replay(e Edit) {
