@@ -66,11 +66,17 @@ func TestSourceStepSplit(t *testing.T) {
 					t.Errorf("dead letters of src: %+v, want %s's, saying its step fails alone", dead, splitBad)
 				} else if fault == tx.ErrTooLarge && !strings.Contains(dead[0].Error, "too large") {
 					t.Errorf("%s's dead letter does not say it was too large: %s", splitBad, dead[0].Error)
+				} else if where := splitBadRecord[typ]; !strings.HasPrefix(dead[0].Error, where) {
+					t.Errorf("%s's dead letter does not say where it is (%s…): %s", splitBad, where, dead[0].Error)
 				}
 			})
 		}
 	}
 }
+
+// splitBadRecord is how each source names splitBad (r7: at offset 21 of
+// the file, r0 … r6 and their "\n" before it; stdin's 8th line).
+var splitBadRecord = map[string]string{"file_source": "line at offset 21 of ", "stdin_source": "line 8 of standard input", "generator": "event 7"}
 
 // srcDeadLetters is the dead-letter queue of a's flowlet src.
 func srcDeadLetters(t *testing.T, a *App) []DeadLetter {
@@ -98,9 +104,7 @@ func TestSourceDroppedRecordFailsAgain(t *testing.T) {
 			if !errors.As(err, &rfa) || !flowlet.IsPermanent(err) {
 				t.Fatalf("run: %v, want a permanent RecordFailsAloneError", err)
 			}
-			// r7 is at offset 21 of the file: r0 … r6 and their "\n" before it.
-			want := map[string]string{"file_source": "line at offset 21 of ", "stdin_source": "a line of standard input", "generator": "event 7"}[typ]
-			if !strings.HasPrefix(rfa.Record, want) {
+			if want := splitBadRecord[typ]; !strings.HasPrefix(rfa.Record, want) {
 				t.Errorf("the error names %q, want %q…", rfa.Record, want)
 			}
 			checkSplitSink(t, a, 7)

@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -106,6 +107,31 @@ func TestTooLongLastLineAtBufferSize(t *testing.T) {
 		}
 		if !sameLines(got, []string{"b"}) {
 			t.Errorf("last line of %d bytes, then b appended: lines %.20q; want b", n, got)
+		}
+	}
+}
+
+// TestStdinSourceDeadLetterNamesLine: a line of standard input over
+// max_line_bytes is dead-lettered with its number in the input (from 1),
+// so that it can be found; the lines around it are emitted.
+func TestStdinSourceDeadLetterNamesLine(t *testing.T) {
+	long := strings.Repeat("z", 30)
+	s := &StdinSource{in: strings.NewReader("a\n" + long + "\nb\n\n" + long + "y")}
+	ctx := flowlettest.New("stdin")
+	if err := ctx.Init(s, map[string]any{"max_line_bytes": 10}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := drainStdin(t, ctx, s); !sameLines(got, []string{"a", "b", ""}) {
+		t.Fatalf("lines %q, want a, b and an empty one", got)
+	}
+	dead := ctx.DeadLetters()
+	if len(dead) != 2 {
+		t.Fatalf("%d dead letters, want the 2 long lines'", len(dead))
+	}
+	for i, no := range []int{2, 5} {
+		if want := fmt.Sprintf("line %d of standard input is longer than max_line_bytes (10)", no); !strings.HasPrefix(dead[i].Reason, want) {
+			t.Errorf("dead letter %d: %q, want it to start with %q", i, dead[i].Reason, want)
 		}
 	}
 }

@@ -112,6 +112,11 @@ func TestSourceSplitStepLimit(t *testing.T) {
 			if string(d.Payload) != want || !strings.Contains(d.Reason, "fails alone") || !strings.Contains(d.Reason, failed.Error()) {
 				t.Errorf("dead letter %q: %s, want %s's, saying its step fails alone", d.Payload, d.Reason, want)
 			}
+			// It says where the record is (stdin's lines by their number, from 1).
+			where := map[string]string{"file_source": "line at offset ", "stdin_source": fmt.Sprintf("line %d of standard input:", next+1), "generator": fmt.Sprintf("event %d:", next)}[typ]
+			if !strings.HasPrefix(d.Reason, where) {
+				t.Errorf("dead letter %q: %s, want it to start with %q", d.Payload, d.Reason, where)
+			}
 			if step(true); ctx.Emits("out")[next] != fmt.Sprintf("l%d", next+1) {
 				t.Errorf("after the dead-lettered %s came %s", want, ctx.Emits("out")[next])
 			}

@@ -24,7 +24,8 @@ func init() {
 // those available and keeps them until the step commits (an aborted step
 // emits them again). A step too large or too slow is redone with half its
 // lines (SplitStep); a line that fails alone goes to the dead-letter queue
-// (DropStep).
+// (DropStep). Dead letters name the line by its number in the run's
+// standard input (from 1).
 // Lines read but not committed when the process dies are lost: standard
 // input cannot be re-read (specs/guarantees.md). On a graceful stop the
 // runtime commits them (runtime.StopDrainer: StopTaking).
@@ -34,11 +35,12 @@ type StdinSource struct {
 	perStep int
 
 	mu       sync.Mutex
-	pending  [][]byte
+	pending  []stdinLine
 	aheadB   int // lineCost of pending and dead
-	inflight [][]byte
-	dead     [][]byte // too-long line prefixes
-	deadIn   [][]byte
+	inflight []stdinLine
+	dead     []stdinLine // too-long line prefixes
+	deadIn   []stdinLine
+	lines    int64 // lines the reader took (the last one's number)
 	eof      bool
 	err      error
 	ready    chan struct{}
@@ -65,7 +67,7 @@ type StdinSource struct {
 	abortedDead bool // and its line was a too-long line's prefix
 	abortedDrop bool
 	drop        *droppedRecord
-	dropLine    []byte
+	dropLine    stdinLine
 	dropIn      bool // the step in flight is drop's
 }
 
@@ -74,7 +76,17 @@ type StdinSource struct {
 const stdinAheadBytes = 8 << 20
 
 // lineCost is what a line read ahead holds: its bytes and its slice.
-func lineCost(l []byte) int { return len(l) + 24 }
+func lineCost(l stdinLine) int { return len(l.b) + 32 }
+
+// stdinLine is a line read, with its number in this run's standard input
+// (from 1): a dead letter names it, so that the line can be found.
+type stdinLine struct {
+	b  []byte
+	no int64
+}
+
+// name is how a dead letter names the line.
+func (l stdinLine) name() string { return fmt.Sprintf("line %d of standard input", l.no) }
 
 // CheckConfig implements flowlet.ConfigChecker.
 func (s *StdinSource) CheckConfig(ic flowlet.InitContext) error { return s.configure(ic) }
@@ -154,11 +166,13 @@ func (s *StdinSource) read() {
 				}
 				s.mu.Lock()
 			}
-			s.aheadB += lineCost(line)
+			s.lines++
+			l := stdinLine{b: line, no: s.lines}
+			s.aheadB += lineCost(l)
 			if tooLong {
-				s.dead = append(s.dead, line)
+				s.dead = append(s.dead, l)
 			} else {
-				s.pending = append(s.pending, line)
+				s.pending = append(s.pending, l)
 			}
 			s.mu.Unlock()
 			line, tooLong = nil, false
@@ -252,7 +266,7 @@ func (s *StdinSource) Generate(ctx flowlet.Context) error {
 		}
 		// The line's dead-letter record alone, counted as a line.
 		d.inStep, s.dropIn = true, true
-		if err := deadLetterDropped(ctx, s.name, "a line of standard input", s.dropLine, d.cause); err != nil {
+		if err := deadLetterDropped(ctx, s.name, s.dropLine.name(), s.dropLine.b, d.cause); err != nil {
 			return err
 		}
 		return s.count(ctx, 1)
@@ -282,12 +296,12 @@ func (s *StdinSource) Generate(ctx flowlet.Context) error {
 		if !ok {
 			return errors.New("stdin_source: line longer than max_line_bytes")
 		}
-		if err := dl.DeadLetter(l, fmt.Sprintf("line longer than max_line_bytes (%d); first %d bytes kept", s.maxLine, len(l))); err != nil {
+		if err := dl.DeadLetter(l.b, fmt.Sprintf("%s is longer than max_line_bytes (%d); first %d bytes kept", l.name(), s.maxLine, len(l.b))); err != nil {
 			return err
 		}
 	}
 	for _, l := range s.inflight {
-		if err := ctx.Emit("out", l); err != nil {
+		if err := ctx.Emit("out", l.b); err != nil {
 			return err
 		}
 	}
@@ -316,7 +330,7 @@ func (s *StdinSource) count(ctx flowlet.Context, n int) error {
 // Committed implements runtime.StepObserver.
 func (s *StdinSource) Committed() {
 	if s.dropIn {
-		s.drop, s.dropLine, s.dropIn = nil, nil, false
+		s.drop, s.dropLine, s.dropIn = nil, stdinLine{}, false
 	} else if len(s.inflight)+len(s.deadIn) > 0 {
 		s.limit.committed(s.perStep)
 	}
@@ -336,12 +350,12 @@ func (s *StdinSource) SplitStep() bool { return !s.abortedDrop && s.limit.split(
 // read again: the line is lost with the source).
 func (s *StdinSource) DropStep(err error) {
 	if s.abortedDrop {
-		s.drop = s.drop.dropped(true, s.name, "a line of standard input", err)
+		s.drop = s.drop.dropped(true, s.name, s.dropLine.name(), err)
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var line []byte
+	var line stdinLine
 	switch {
 	case s.aborted != 1:
 		return
@@ -363,8 +377,8 @@ func (s *StdinSource) Aborted() {
 	s.abortedDrop, s.dropIn = s.dropIn, false
 	s.aborted, s.abortedDead = len(s.inflight)+len(s.deadIn), len(s.deadIn) > 0
 	s.mu.Lock()
-	s.pending = append(append([][]byte(nil), s.inflight...), s.pending...)
-	s.dead = append(append([][]byte(nil), s.deadIn...), s.dead...)
+	s.pending = append(append([]stdinLine(nil), s.inflight...), s.pending...)
+	s.dead = append(append([]stdinLine(nil), s.deadIn...), s.dead...)
 	for _, l := range s.inflight {
 		s.aheadB += lineCost(l)
 	}
