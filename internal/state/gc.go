@@ -30,11 +30,12 @@ type GCStats struct {
 // Below bound, GC deletes versions of invalid transactions; in a table it
 // keeps only the newest committed version of each key (none if that is a
 // delete); in a counter table it folds the committed deltas into one base
-// value. Versions at or above bound are never touched. A key's rewrite may
-// take several Badger transactions, but reads are the same after each (a
-// fold's base and the deletions it covers land together; a table's newest
-// delete goes last), so GC may run concurrently with steps, with other GC
-// passes, and be interrupted at any point.
+// value at the newest of them. Versions at or above bound are never
+// touched. A pass holds a key or two at a time, however many versions a key
+// has, and writes in many Badger transactions; reads are the same after
+// each (a fold's base lands before or with the deletions it covers; a
+// table's newest delete goes last), so GC may run concurrently with steps,
+// with other GC passes, and be interrupted at any point.
 func (s *Store) GC(bound uint64, invalid []uint64) (GCStats, error) {
 	return s.gc(newGCBatch(s.db), bound, invalid)
 }
@@ -42,57 +43,16 @@ func (s *Store) GC(bound uint64, invalid []uint64) (GCStats, error) {
 func (s *Store) gc(g *gcBatch, bound uint64, invalid []uint64) (GCStats, error) {
 	var st GCStats
 	defer g.discard()
-
-	var group []gcVersion // one user key's versions below bound, newest first
-	var enc []byte
-	flush := func() error {
-		if len(group) == 0 {
-			return nil
-		}
-		err := s.gcKey(g, &st, group, invalid)
-		group = group[:0]
-		return err
-	}
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: s.prefix, PrefetchValues: false})
 		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			k := item.Key()
-			if len(k) < len(s.prefix)+1+termLen+versionLen {
-				return fmt.Errorf("%w %q", errBadKey, k)
-			}
-			if !bytes.Equal(encodedUserKey(k), enc) {
-				if err := flush(); err != nil {
-					return err
-				}
-				enc = append(enc[:0], encodedUserKey(k)...)
-				st.Keys++
-			}
-			wp := ^beUint64(k[len(k)-versionLen:])
-			if wp >= bound {
-				// Never touched, so not held: while an old transaction
-				// holds the bound, a hot key's versions above it pile up.
-				continue
-			}
-			v := gcVersion{key: item.KeyCopy(nil), wp: wp}
-			counter := len(k) > len(s.prefix) && k[len(s.prefix)] == kindCounter
-			if err := item.Value(func(b []byte) error {
-				if counter {
-					var err error
-					v.tag, v.count, err = decodeCount(b)
-					return err
-				}
-				if len(b) > 0 {
-					v.tag = b[0]
-				}
-				return nil
-			}); err != nil {
+		w := &gcWalk{s: s, g: g, st: &st, it: it, bound: bound, invalid: invalid}
+		for it.Rewind(); it.Valid(); {
+			if err := w.key(); err != nil {
 				return err
 			}
-			group = append(group, v)
 		}
-		return flush()
+		return nil
 	})
 	if err == nil {
 		err = g.commit()
@@ -100,106 +60,178 @@ func (s *Store) gc(g *gcBatch, bound uint64, invalid []uint64) (GCStats, error) 
 	return st, err
 }
 
-type gcVersion struct {
-	key   []byte
-	wp    uint64
-	tag   byte
-	count int64
+// gcWalk is one pass's walk over the flowlet's versions, one user key at a
+// time, newest version first. It holds no more than a key or two at a
+// time: a hot key may have any number of versions.
+type gcWalk struct {
+	s       *Store
+	g       *gcBatch
+	st      *GCStats
+	it      *badger.Iterator
+	bound   uint64
+	invalid []uint64
+
+	enc    []byte // the current user key, encoded
+	start  []byte // its first version below bound
+	newest []byte // its newest settled version below bound
 }
 
-// gcChunk bounds the versions one atomic rewrite touches; gcBatch.maxBytes
-// bounds their bytes.
-const gcChunk = 256
+// same reports whether the iterator is still on the current user key.
+func (w *gcWalk) same() bool {
+	return w.it.Valid() && bytes.Equal(encodedUserKey(w.it.Item().Key()), w.enc)
+}
 
-func (s *Store) gcKey(g *gcBatch, st *GCStats, vs []gcVersion, invalid []uint64) error {
-	counter := vs[0].key[len(s.prefix)] == kindCounter
-	var dels [][]byte
-	var settled []gcVersion // committed versions below bound, newest first
-	for _, v := range vs {
-		if _, bad := slices.BinarySearch(invalid, v.wp); bad {
-			dels = append(dels, v.key)
-			continue
-		}
-		settled = append(settled, v)
+func (w *gcWalk) wp() uint64 {
+	k := w.it.Item().Key()
+	return ^beUint64(k[len(k)-versionLen:])
+}
+
+func (w *gcWalk) isInvalid(wp uint64) bool {
+	_, bad := slices.BinarySearch(w.invalid, wp)
+	return bad
+}
+
+// del deletes the version at the iterator.
+func (w *gcWalk) del() error {
+	w.st.Deleted++
+	return w.g.apply(nil, nil, [][]byte{w.it.Item().KeyCopy(nil)})
+}
+
+// key rewrites the versions below bound of the user key at the iterator and
+// leaves the iterator at the next user key.
+func (w *gcWalk) key() error {
+	k := w.it.Item().Key()
+	if len(k) < len(w.s.prefix)+1+termLen+versionLen {
+		return fmt.Errorf("%w %q", errBadKey, k)
 	}
-	if !counter {
-		// Every version older than the newest settled one is shadowed, and
-		// so is that one if it is a delete. With that delete deleted last,
-		// reads stay unchanged at every point, so they need no atomicity
-		// (the delete gone first would show an older value).
-		if len(settled) > 0 {
-			for _, v := range settled[1:] {
-				dels = append(dels, v.key)
-			}
-			if settled[0].tag == tagTombstone {
-				dels = append(dels, settled[0].key)
-			}
-		}
-		st.Deleted += len(dels)
-		return g.deleteAll(dels)
+	w.enc = append(w.enc[:0], encodedUserKey(k)...)
+	w.st.Keys++
+	counter := k[len(w.s.prefix)] == kindCounter
+	// Versions at or above bound come first, and are never touched, so
+	// not held: while an old transaction holds the bound, a hot key's
+	// versions above it pile up.
+	for w.same() && w.wp() >= w.bound {
+		w.it.Next()
 	}
-	// Invalid deltas are invisible to everyone: delete them freely.
-	st.Deleted += len(dels)
-	if err := g.deleteAll(dels); err != nil {
-		return err
-	}
-	// Versions older than the newest settled base are already in it.
-	for i, v := range settled {
-		if v.tag == tagBase {
-			var older [][]byte
-			for _, o := range settled[i+1:] {
-				older = append(older, o.key)
-			}
-			settled = settled[:i+1]
-			st.Deleted += len(older)
-			if err := g.deleteAll(older); err != nil {
-				return err
-			}
-			break
-		}
-	}
-	if len(settled) < 2 {
+	if !w.same() {
 		return nil
 	}
-	// Fold from the oldest up, a chunk at a time: each chunk becomes a base
-	// at its newest version, summing the chunk (and the base below it). A
-	// reader sums visible versions newest first down to the first base, so
-	// the result is the same after every chunk.
-	var carry int64
-	var prevBase []byte
-	for end := len(settled); end > 0; {
-		start := end - 1
-		size := gcEntrySize(settled[start].key) + gcEntrySize(prevBase)
-		for start > 0 && end-start < gcChunk {
-			next := size + gcEntrySize(settled[start-1].key)
-			if next > g.maxBytes {
-				break
-			}
-			start, size = start-1, next
-		}
-		chunk := settled[start:end]
-		sum := carry
-		var cdels [][]byte
-		for i, v := range chunk {
-			sum += v.count
-			if i > 0 {
-				cdels = append(cdels, v.key)
-			}
-		}
-		if prevBase != nil {
-			cdels = append(cdels, prevBase)
-		}
-		if len(cdels) > 0 || chunk[0].tag != tagBase {
-			if err := g.apply(chunk[0].key, encodeCount(tagBase, sum), cdels); err != nil {
+	if counter {
+		return w.counter()
+	}
+	return w.table()
+}
+
+// table keeps the newest settled version, unless it is a delete. Every
+// version older than it is shadowed, and so is that one if it is a delete.
+// With that delete deleted last, reads stay unchanged at every point, so
+// they need no atomicity (the delete gone first would show an older value).
+func (w *gcWalk) table() error {
+	var tomb []byte
+	seen := false
+	for ; w.same(); w.it.Next() {
+		switch {
+		case w.isInvalid(w.wp()) || seen:
+			if err := w.del(); err != nil {
 				return err
 			}
-			st.Folded += len(chunk)
-			st.Deleted += len(cdels)
+		default:
+			seen = true
+			var err error
+			tomb, err = w.tombstone()
+			if err != nil {
+				return err
+			}
 		}
-		carry, prevBase = sum, chunk[0].key
-		end = start
+	}
+	if tomb == nil {
+		return nil
+	}
+	w.st.Deleted++
+	return w.g.apply(nil, nil, [][]byte{tomb})
+}
+
+// tombstone returns a copy of the key at the iterator if its value is a
+// table's delete.
+func (w *gcWalk) tombstone() ([]byte, error) {
+	item := w.it.Item()
+	var tomb []byte
+	err := item.Value(func(b []byte) error {
+		if len(b) == 0 || b[0] == tagTombstone {
+			tomb = item.KeyCopy(nil)
+		}
+		return nil
+	})
+	return tomb, err
+}
+
+// counter folds the settled deltas below bound into one base at the newest
+// of them, in two walks over the key's versions. The first sums them, down
+// to the newest settled base (which holds every older delta); then the base
+// is written, before or with the deletion of anything it covers. Every
+// reader sees every settled version below bound, so from then on it stops
+// at that base: reads are the same after each Badger commit, however many
+// the deletions take. Versions of invalid transactions are invisible to
+// everyone and go too.
+func (w *gcWalk) counter() error {
+	w.start = w.it.Item().KeyCopy(w.start[:0])
+	w.newest = w.newest[:0]
+	var sum int64
+	var newestTag byte
+	settled, summed, work, summing := 0, 0, false, true
+	for ; w.same(); w.it.Next() {
+		if w.isInvalid(w.wp()) {
+			work = true
+			continue
+		}
+		if settled++; settled == 1 {
+			w.newest = w.it.Item().KeyCopy(w.newest[:0])
+		} else {
+			work = true
+		}
+		if !summing {
+			continue // in the base summed already
+		}
+		tag, n, err := w.count()
+		if err != nil {
+			return err
+		}
+		if settled == 1 {
+			newestTag = tag
+		}
+		sum += n
+		summed++
+		summing = tag != tagBase
+	}
+	if !work {
+		return nil
+	}
+	if settled > 1 && newestTag != tagBase {
+		// A copy: Badger holds the key until the commit.
+		if err := w.g.apply(bytes.Clone(w.newest), encodeCount(tagBase, sum), nil); err != nil {
+			return err
+		}
+		w.st.Folded += summed
+	}
+	w.it.Seek(w.start)
+	for ; w.same(); w.it.Next() {
+		if w.isInvalid(w.wp()) || !bytes.Equal(w.it.Item().Key(), w.newest) {
+			if err := w.del(); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// count decodes the counter value at the iterator.
+func (w *gcWalk) count() (tag byte, n int64, err error) {
+	item := w.it.Item()
+	err = item.Value(func(b []byte) error {
+		tag, n, err = decodeCount(b)
+		return err
+	})
+	return tag, n, err
 }
 
 // gcEntrySize is what one set or delete of key costs in a Badger
@@ -211,8 +243,9 @@ func gcEntrySize(key []byte) int {
 	return len(key) + 9 + 32
 }
 
-// gcBatch groups the rewrites of many keys into Badger transactions; one
-// rewrite (a set of a base and its deletions) is never split.
+// gcBatch groups the sets and deletes of a pass into Badger transactions,
+// each well within what Badger takes, committed in the order they were
+// made.
 type gcBatch struct {
 	db       *badger.DB
 	maxBytes int // of one transaction, well within what Badger takes
@@ -234,28 +267,15 @@ func newGCBatch(db *badger.DB) *gcBatch {
 	return &gcBatch{db: db, maxBytes: int(min(gcBytesPerTxn, db.Opts().MemTableSize*15/100/2))}
 }
 
-// deleteAll deletes keys, in their order, in as many rewrites as they need.
-func (g *gcBatch) deleteAll(keys [][]byte) error {
-	for len(keys) > 0 {
-		n, size := 1, gcEntrySize(keys[0])
-		for n < len(keys) && n < gcChunk && size+gcEntrySize(keys[n]) <= g.maxBytes {
-			size += gcEntrySize(keys[n])
-			n++
-		}
-		if err := g.apply(nil, nil, keys[:n]); err != nil {
-			return err
-		}
-		keys = keys[n:]
-	}
-	return nil
-}
-
 func (g *gcBatch) apply(set, val []byte, dels [][]byte) error {
-	size := gcEntrySize(set) + len(val)
+	size, ops := gcEntrySize(set)+len(val), len(dels)
+	if set != nil {
+		ops++
+	}
 	for _, k := range dels {
 		size += gcEntrySize(k)
 	}
-	if g.txn != nil && (g.ops+len(dels)+1 > gcOpsPerTxn || g.bytes+size > g.maxBytes) {
+	if g.txn != nil && (g.ops+ops > gcOpsPerTxn || g.bytes+size > g.maxBytes) {
 		if err := g.commit(); err != nil {
 			return err
 		}
@@ -264,7 +284,7 @@ func (g *gcBatch) apply(set, val []byte, dels [][]byte) error {
 		g.txn = g.db.NewTransaction(true)
 		g.ops, g.bytes = 0, 0
 	}
-	g.ops += len(dels) + 1
+	g.ops += ops
 	g.bytes += size
 	if set != nil {
 		if err := g.txn.Set(set, val); err != nil {

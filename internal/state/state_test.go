@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -22,6 +23,8 @@ type env struct {
 	// valueLogFile, when set, is Badger's value log file size: a value
 	// over it is refused.
 	valueLogFile int64
+	// memTable, when set, is Badger's memtable size (8 MiB otherwise).
+	memTable int64
 }
 
 // newEnv opens a Badger DB and a coordinator. fast: the coordinator logs to a
@@ -38,7 +41,7 @@ func newEnv(t testing.TB, fast bool) *env {
 func (e *env) open(t testing.TB) {
 	t.Helper()
 	o := badger.DefaultOptions(e.dir).WithLogger(nil).
-		WithMemTableSize(8 << 20).WithNumMemtables(2).WithBlockCacheSize(4 << 20)
+		WithMemTableSize(cmp.Or(e.memTable, 8<<20)).WithNumMemtables(2).WithBlockCacheSize(4 << 20)
 	if e.valueLogFile > 0 {
 		o = o.WithValueLogFileSize(e.valueLogFile)
 	}
