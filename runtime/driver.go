@@ -586,6 +586,19 @@ func (in *instance) retryWait(ctx context.Context, d time.Duration) {
 	}
 }
 
+// retryAfter waits out the backoff before retry number tries of a source's
+// step, a tick or a publish, and reports whether to retry: not once the app
+// stops or Scale removed the instance. The wait ends at once then, and the
+// retries ran back to back, each failing again, until they ran out and the
+// source stopped on the error, or the tick was dead-lettered, as if its
+// retries had been tried. The step is left undone (nothing of it
+// committed): a restart, or the instance that takes over, redoes it; a
+// stdin_source's last steps (drainAtStop) take its lines once more.
+func (in *instance) retryAfter(ctx context.Context, tries int) bool {
+	in.retryWait(ctx, in.backoff(tries))
+	return ctx.Err() == nil && !in.stopping()
+}
+
 // stopping reports whether Scale removed the instance.
 func (in *instance) stopping() bool {
 	select {
@@ -1235,7 +1248,9 @@ func (in *instance) sourceStep(ctx context.Context, atStop bool) (srcResult, err
 			if tries > in.fl.Retry.Max || flowlet.IsPermanent(gerr) || atStop {
 				return srcMore, gerr
 			}
-			in.retryWait(ctx, in.backoff(tries))
+			if !in.retryAfter(ctx, tries) {
+				return srcIdle, nil
+			}
 			continue
 		}
 		if sc.empty() && res != srcEnd {
@@ -1292,7 +1307,9 @@ func (in *instance) sourceStep(ctx context.Context, atStop bool) (srcResult, err
 			if tries > in.fl.Retry.Max || atStop {
 				return srcMore, err
 			}
-			in.retryWait(ctx, in.backoff(tries))
+			if !in.retryAfter(ctx, tries) {
+				return srcIdle, nil
+			}
 			continue
 		}
 		n := len(sc.emits)
@@ -1378,7 +1395,9 @@ func (in *instance) ownStep(ctx context.Context, what string, fn func(flowlet.Co
 		in.logFailure(fmt.Errorf("%s: %w", what, err), 0)
 		in.st.failed.Add(1)
 		if tries <= in.fl.Retry.Max && !flowlet.IsPermanent(err) {
-			in.retryWait(ctx, in.backoff(tries))
+			if !in.retryAfter(ctx, tries) {
+				return nil // a restart ticks, and publishes first, again
+			}
 			continue
 		}
 		if what == "publish" {

@@ -1,0 +1,57 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+// TestRetryEndsAtStop: a source's step, or a tick, that failed and waits
+// out its backoff when the app stops is not retried: the wait ends and so
+// does the instance, nothing of the step committed (a restart redoes it).
+// The wait returned at once and the step was retried back to back, every
+// retry failing, until the retries ran out: the source stopped "after
+// retries" (an error in its status), the tick went to the dead-letter
+// queue.
+func TestRetryEndsAtStop(t *testing.T) {
+	for _, who := range []string{"src", "sink"} {
+		t.Run(who, func(t *testing.T) {
+			a := openYAML(t, `
+app: retrystop
+flowlets:
+  src: {type: generator, retries: {max: 200, backoff: 10s, max_backoff: 10s}, config: {count: 10, batch: 10}}
+  sink: {type: t_own_ticker, tick: 1ms, retries: {max: 200, backoff: 10s, max_backoff: 10s}}
+connections:
+  - {from: src, to: sink}
+`, Options{NoSync: true})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			attempts := 0
+			ownStepDone.Store(false)
+			a.commitFault = func(sc *stepCtx) error {
+				if sc.in.fl.Name != who || who == "sink" && !ownStepDone.Swap(false) {
+					return nil
+				}
+				attempts++
+				cancel() // the app stops while the step waits to be retried
+				return errors.New("refused (test)")
+			}
+			if err := a.Run(ctx); err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			if attempts != 1 {
+				t.Errorf("the failed step was tried %d times, want once: not retried once the app stopped", attempts)
+			}
+			if p := a.sourceErr.Load(); p != nil {
+				t.Errorf("the source counts as stopped on an error: %v", *p)
+			}
+			dead := 0
+			if err := a.Inspect().DeadLetters("sink", 0, func(DeadLetter) bool { dead++; return true }); err != nil {
+				t.Fatal(err)
+			}
+			if dead != 0 {
+				t.Errorf("%d dead letters of sink, want none: the tick was not given up", dead)
+			}
+		})
+	}
+}
