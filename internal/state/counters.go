@@ -45,7 +45,7 @@ func (c *Counters) Get(key []byte) (int64, error) {
 			tag, n, err = decodeCount(v)
 			return err
 		}); err != nil {
-			return true, err
+			return true, c.s.damagedAt(item.Key(), err)
 		}
 		sum += n
 		return tag == tagBase, nil

@@ -84,7 +84,7 @@ func (c *cursor) peek() bool {
 				stopped, err = c.fold(v)
 				return err
 			}); err != nil {
-				c.err = err
+				c.err = c.s.damagedAt(c.it.Item().Key(), err)
 				return false
 			}
 		}

@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -13,6 +14,9 @@ type GCStats struct {
 	Keys    int // user keys examined
 	Deleted int // versions deleted
 	Folded  int // counter deltas folded into a base
+	// Damaged counts the keys left alone because a value GC needed does
+	// not decode (see DamagedError).
+	Damaged int
 }
 
 // GC removes the versions of the flowlet's tables and counters that no reader
@@ -36,6 +40,10 @@ type GCStats struct {
 // each (a fold's base lands before or with the deletions it covers; a
 // table's newest delete goes last), so GC may run concurrently with steps,
 // with other GC passes, and be interrupted at any point.
+//
+// A counter whose value does not decode is left as it is and the pass goes
+// on with the other keys; it then returns its stats with an error that
+// wraps the first such key's *DamagedError (and ErrDamaged).
 func (s *Store) GC(bound uint64, invalid []uint64) (GCStats, error) {
 	return s.gc(newGCBatch(s.db), bound, invalid)
 }
@@ -43,12 +51,21 @@ func (s *Store) GC(bound uint64, invalid []uint64) (GCStats, error) {
 func (s *Store) gc(g *gcBatch, bound uint64, invalid []uint64) (GCStats, error) {
 	var st GCStats
 	defer g.discard()
+	var damaged error // the first key skipped
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: s.prefix, PrefetchValues: false})
 		defer it.Close()
 		w := &gcWalk{s: s, g: g, st: &st, it: it, bound: bound, invalid: invalid}
 		for it.Rewind(); it.Valid(); {
-			if err := w.key(); err != nil {
+			err := w.key()
+			if errors.Is(err, ErrDamaged) {
+				st.Damaged++
+				if damaged == nil {
+					damaged = err
+				}
+				continue
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -56,6 +73,9 @@ func (s *Store) gc(g *gcBatch, bound uint64, invalid []uint64) (GCStats, error) 
 	})
 	if err == nil {
 		err = g.commit()
+	}
+	if err == nil && damaged != nil {
+		err = fmt.Errorf("state: GC skipped %d key(s) with a damaged value and did the rest; the first: %w", st.Damaged, damaged)
 	}
 	return st, err
 }
@@ -91,6 +111,13 @@ func (w *gcWalk) isInvalid(wp uint64) bool {
 	return bad
 }
 
+// skip moves past the current user key.
+func (w *gcWalk) skip() {
+	for w.same() {
+		w.it.Next()
+	}
+}
+
 // del deletes the version at the iterator.
 func (w *gcWalk) del() error {
 	w.st.Deleted++
@@ -98,7 +125,8 @@ func (w *gcWalk) del() error {
 }
 
 // key rewrites the versions below bound of the user key at the iterator and
-// leaves the iterator at the next user key.
+// leaves the iterator at the next user key. A counter whose value does not
+// decode is left alone: the error wraps ErrDamaged.
 func (w *gcWalk) key() error {
 	k := w.it.Item().Key()
 	if len(k) < len(w.s.prefix)+1+termLen+versionLen {
@@ -194,6 +222,9 @@ func (w *gcWalk) counter() error {
 		}
 		tag, n, err := w.count()
 		if err != nil {
+			if errors.Is(err, ErrDamaged) {
+				w.skip()
+			}
 			return err
 		}
 		if settled == 1 {
@@ -231,7 +262,7 @@ func (w *gcWalk) count() (tag byte, n int64, err error) {
 		tag, n, err = decodeCount(b)
 		return err
 	})
-	return tag, n, err
+	return tag, n, w.s.damagedAt(item.Key(), err)
 }
 
 // gcEntrySize is what one set or delete of key costs in a Badger

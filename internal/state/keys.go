@@ -1,8 +1,10 @@
 package state
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 )
 
 // Key layout. Every key of a flowlet's state starts with
@@ -93,9 +95,65 @@ func encodeCount(tag byte, n int64) []byte {
 	return binary.LittleEndian.AppendUint64([]byte{tag}, uint64(n))
 }
 
+// decodeCount decodes a counter value; one that does not decode is
+// ErrDamaged, which callers wrap in a DamagedError naming its key.
 func decodeCount(v []byte) (byte, int64, error) {
 	if len(v) != 9 || (v[0] != tagDelta && v[0] != tagBase) {
-		return 0, 0, errors.New("state: malformed counter value")
+		return 0, 0, ErrDamaged
 	}
 	return v[0], int64(binary.LittleEndian.Uint64(v[1:])), nil
+}
+
+// ErrDamaged is wrapped by the error of a read, or of a GC pass, that met a
+// stored value that does not decode (a damaged store, or a stray write):
+// see DamagedError.
+var ErrDamaged = errors.New("damaged stored value")
+
+// DamagedError names a stored version whose value does not decode. Reads
+// of the key fail with it; GC leaves the key alone and reports it.
+type DamagedError struct {
+	Kind    string // "table" or "counters"
+	Name    string // of the table or counter table
+	Key     []byte // the user key
+	Version uint64 // the write pointer of the damaged version
+}
+
+func (e *DamagedError) Error() string {
+	return fmt.Sprintf("state: %s %q key %q version %d: %v", e.Kind, e.Name, e.Key, e.Version, ErrDamaged)
+}
+
+func (e *DamagedError) Unwrap() error { return ErrDamaged }
+
+// damagedAt names stored key k (with the Store's prefix) in err if err is
+// a value of it that does not decode.
+func (s *Store) damagedAt(k []byte, err error) error {
+	if errors.Is(err, ErrDamaged) {
+		return s.damaged(k)
+	}
+	return err
+}
+
+// damaged is the DamagedError of stored key k (with the Store's prefix).
+func (s *Store) damaged(k []byte) error {
+	e := &DamagedError{}
+	rest := bytes.TrimPrefix(k, s.prefix)
+	if len(rest) == 0 {
+		return e
+	}
+	e.Kind = "table"
+	if rest[0] == kindCounter {
+		e.Kind = "counters"
+	}
+	rest = rest[1:]
+	name, user, ok := bytes.Cut(rest, []byte{0})
+	if !ok {
+		e.Key = bytes.Clone(rest)
+		return e
+	}
+	e.Name = string(name)
+	var err error
+	if e.Key, e.Version, err = splitKey(nil, user); err != nil {
+		e.Key = bytes.Clone(user)
+	}
+	return e
 }
