@@ -155,6 +155,9 @@ type App struct {
 	emptySteps atomic.Uint64
 	drained    atomic.Bool
 	fatal      chan error
+	// diskStop: the run stops on a nearly full disk (watchDiskSpace), and
+	// the stop writes only what it must (diskRoomAtStop).
+	diskStop atomic.Bool
 
 	// started is when Run started (nil before): Status may be called from
 	// the HTTP server while Run starts.

@@ -17,7 +17,11 @@ import (
 // to start with less than Options.MinFreeDisk free on the store's file
 // system, and a running app that falls under it stops like on SIGTERM (steps
 // in flight commit or abort, with the reserve to write into) and Run
-// returns ErrDiskSpace.
+// returns ErrDiskSpace. That stop writes only what it must: no sink
+// publishes (what they would write stays in the store, and the next start
+// publishes it first), and a StopDrainer's last steps, which commit what
+// the source took and would lose otherwise, run only while stopDrainFree
+// is free.
 
 // DefaultMinFreeDisk is the reserve: a burst of writes within one check
 // interval (at 150 MB/s, 40 MB) plus Badger's next files (a value-log file,
@@ -31,6 +35,14 @@ const (
 
 // diskCheckInterval is how often a running app looks at the free space.
 const diskCheckInterval = 250 * time.Millisecond
+
+// stopDrainFree is the free space each last step of a StopDrainer needs at a
+// stop on a nearly full disk: four times what a stdin_source holds at most
+// (8 MiB of lines), for the lines, their queue entries, Badger's logs and
+// its flush at close. A stop that came late, after a burst took more than
+// the reserve less this, loses what the source holds (logged) rather than
+// risk Badger's crash on a full disk, which would lose it as well.
+const stopDrainFree = 32 << 20
 
 // ErrDiskSpace: the store's file system has less free space than the
 // reserve.
@@ -67,6 +79,21 @@ func checkDiskSpace(dir string, reserve int64) error {
 		ErrDiskSpace, dir, free>>20, reserve>>20)
 }
 
+// diskRoomAtStop reports whether a write the stop may do without (a last
+// step of a StopDrainer, need bytes free) is to be done: always, unless the
+// run stops on a nearly full disk and the file system has less than need
+// free (or, need 0, at all: a publish).
+func (a *App) diskRoomAtStop(need int64) bool {
+	if !a.diskStop.Load() {
+		return true
+	}
+	if need == 0 {
+		return false
+	}
+	free, _, err := freeBytes(a.opts.DataDir)
+	return err != nil || free >= need // a file system that cannot say is not refused
+}
+
 // watchDiskSpace stops the run (stop) with ErrDiskSpace on fatal when the
 // free space falls under the reserve, until ctx ends.
 func (a *App) watchDiskSpace(ctx context.Context) {
@@ -82,6 +109,7 @@ func (a *App) watchDiskSpace(ctx context.Context) {
 		case <-t.C:
 			if err := checkDiskSpace(a.opts.DataDir, a.opts.MinFreeDisk); err != nil {
 				a.log.Error("stopping: the disk is nearly full", "data", a.opts.DataDir, "err", err)
+				a.diskStop.Store(true) // before the stop: no instance misses it
 				select {
 				case a.fatal <- err:
 				default:

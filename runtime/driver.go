@@ -36,7 +36,9 @@ type OutcomeObserver interface {
 // Publisher is implemented by sinks that publish committed output outside
 // the store (the file sink). Publish runs in a transaction of its own before
 // the instance's first step, after every commit of a step that consumed input,
-// and before Close.
+// and before Close — but not at a stop on a nearly full disk (ErrDiskSpace),
+// so what it has to publish must stay in the store for the next start's
+// first Publish.
 type Publisher interface {
 	Publish(ctx flowlet.Context) error
 }
@@ -522,6 +524,11 @@ func (in *instance) drainAtStop(ctx context.Context) error {
 	in.activate()
 	notCancelled := context.WithoutCancel(ctx)
 	for {
+		if !in.a.diskRoomAtStop(stopDrainFree) {
+			in.logger.Error("stopping on a nearly full disk: the source's last steps do not run, for want of room; what it took and did not commit is lost",
+				"need_free_mib", stopDrainFree>>20)
+			return nil
+		}
 		bounded, cancel := context.WithTimeout(notCancelled, in.a.opts.StepTimeout)
 		res, err := in.sourceStep(bounded, true)
 		cancel()
@@ -1331,6 +1338,9 @@ func (in *instance) tick(ctx context.Context) error {
 // publish after the retries stops the app: its output would silently fall
 // behind otherwise.
 func (in *instance) publish(ctx context.Context) error {
+	if !in.a.diskRoomAtStop(0) {
+		return nil // the next start publishes first (Publisher)
+	}
 	return in.ownStep(ctx, "publish", in.pub.Publish)
 }
 
