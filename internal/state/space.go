@@ -112,6 +112,11 @@ func (m *merge) next() (o *overlay, stored, ok bool) {
 	if m.err != nil || m.closed || (m.limit > 0 && m.n >= m.limit) {
 		return nil, false, false
 	}
+	// Badger's iterator reads the closed DB's unmapped tables: a fault
+	// that kills the process.
+	if m.err = m.s.closedErr(); m.err != nil {
+		return nil, false, false
+	}
 	have := m.c.peek()
 	if m.c.err != nil {
 		m.err = m.c.err

@@ -596,6 +596,46 @@ func TestClosedDB(t *testing.T) {
 	}
 }
 
+// TestClosedDBMidScan: a scan under way when the DB closes under its Store
+// ends with an error wrapping badger.ErrDBClosed. Its next step read the
+// closed DB's unmapped tables and killed the process (SIGSEGV).
+func TestClosedDBMidScan(t *testing.T) {
+	e := newEnv(t, true)
+	s := e.store(t)
+	st := e.begin(t, s)
+	for i := range 1000 {
+		st.put("t", fmt.Sprint(i), "v")
+		st.add("c", fmt.Sprint(i), 1)
+	}
+	st.commit()
+	e.reopen(t) // the versions are in Badger's tables, not its memtable
+	s = e.store(t)
+	st = e.begin(t, s)
+	it := s.Table("t").Scan(flowlet.ScanOptions{})
+	cit := s.Counters("c").Scan(flowlet.ScanOptions{})
+	if !it.Next() || !cit.Next() {
+		t.Fatal("nothing scanned")
+	}
+	if err := e.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for what, it := range map[string]interface {
+		Next() bool
+		Err() error
+	}{"scan": it, "scan counters": cit} {
+		n := 0
+		for it.Next() {
+			n++
+		}
+		if !errors.Is(it.Err(), badger.ErrDBClosed) {
+			t.Errorf("%s: %d more keys, then %v, want ErrDBClosed", what, n, it.Err())
+		}
+	}
+	if err := s.Rollback(); err != nil { // the step's end, on the closed DB
+		t.Fatal(err)
+	}
+}
+
 // TestRefusedWrite: a step with a value Badger refuses (over its value log
 // file size) after many others commits nothing. On the fast path nothing
 // is written; on the persist path Badger's write batches have committed
