@@ -35,12 +35,8 @@ func BenchmarkStep(b *testing.B) {
 func BenchmarkGet(b *testing.B) {
 	e := newEnv(b, true)
 	s := e.store(b)
+	fillKeys(b, e, s, 1000)
 	st := e.begin(b, s)
-	for i := range 1000 {
-		st.put("t", fmt.Sprint(i), "v")
-	}
-	st.commit()
-	st = e.begin(b, s)
 	defer st.abort()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -14,7 +14,7 @@ type GCStats struct {
 	Keys    int // user keys examined
 	Deleted int // versions deleted
 	Folded  int // counter deltas folded into a base
-	// Damaged counts the keys left alone because a value GC needed does
+	// Damaged counts the keys left alone because a value a read needs does
 	// not decode (see DamagedError).
 	Damaged int
 }
@@ -41,9 +41,11 @@ type GCStats struct {
 // table's newest delete goes last), so GC may run concurrently with steps,
 // with other GC passes, and be interrupted at any point.
 //
-// A counter whose value does not decode is left as it is and the pass goes
-// on with the other keys; it then returns its stats with an error that
-// wraps the first such key's *DamagedError (and ErrDamaged).
+// A key with a value that does not decode where a read would decode it (a
+// counter's down to its newest base, a table's newest) keeps every
+// committed version, and the pass goes on with the other keys; it then
+// returns its stats with an error that wraps the first such key's
+// *DamagedError (and ErrDamaged).
 func (s *Store) GC(bound uint64, invalid []uint64) (GCStats, error) {
 	return s.gc(newGCBatch(s.db), bound, invalid)
 }
@@ -125,7 +127,7 @@ func (w *gcWalk) del() error {
 }
 
 // key rewrites the versions below bound of the user key at the iterator and
-// leaves the iterator at the next user key. A counter whose value does not
+// leaves the iterator at the next user key. A key with a value that does not
 // decode is left alone: the error wraps ErrDamaged.
 func (w *gcWalk) key() error {
 	k := w.it.Item().Key()
@@ -166,8 +168,10 @@ func (w *gcWalk) table() error {
 		default:
 			seen = true
 			var err error
-			tomb, err = w.tombstone()
-			if err != nil {
+			if tomb, err = w.tombstone(); err != nil {
+				if errors.Is(err, ErrDamaged) {
+					w.skip()
+				}
 				return err
 			}
 		}
@@ -185,12 +189,13 @@ func (w *gcWalk) tombstone() ([]byte, error) {
 	item := w.it.Item()
 	var tomb []byte
 	err := item.Value(func(b []byte) error {
-		if len(b) == 0 || b[0] == tagTombstone {
+		_, live, err := decodeTable(b)
+		if err == nil && !live {
 			tomb = item.KeyCopy(nil)
 		}
-		return nil
+		return err
 	})
-	return tomb, err
+	return tomb, w.s.damagedAt(item.Key(), err)
 }
 
 // counter folds the settled deltas below bound into one base at the newest

@@ -486,32 +486,66 @@ func stored(t *testing.T, db *badger.DB, sub string) string {
 	return b.String()
 }
 
-// TestGCDamagedCounter: a counter value that does not decode is left as it
-// is, and every GC pass goes on past it with the other keys and reports
-// it; reads of it fail with an error naming it. The first pass failed at
-// it and collected nothing after it, for good, and reads failed with
-// "malformed counter value", naming nothing.
-func TestGCDamagedCounter(t *testing.T) {
+// TestGCDamaged: a stored value that does not decode (a counter's, or the
+// newest of a table key's) is left as it is, and every GC pass goes on past
+// it with the other keys and reports it; reads of it fail with an error
+// naming it. The first pass failed at a damaged counter and collected
+// nothing after it, for good, and reads failed with "malformed counter
+// value", naming nothing; a damaged table value read as no value.
+func TestGCDamaged(t *testing.T) {
+	for _, c := range []struct {
+		kind, name string
+		nth        int    // which version of key "hot", newest first
+		junk       string // its damaged value
+		get        func(s *Store) error
+		scan       func(s *Store) flowlet.Iterator
+	}{
+		{"counters", "c", 1, "junk",
+			func(s *Store) error { _, err := s.Counters("c").Get([]byte("hot")); return err },
+			func(s *Store) flowlet.Iterator { return counterScan{s.Counters("c").Scan(flowlet.ScanOptions{})} }},
+		{"table", "t", 0, "\x07x",
+			func(s *Store) error { _, _, err := s.Table("t").Get([]byte("hot")); return err },
+			func(s *Store) flowlet.Iterator { return s.Table("t").Scan(flowlet.ScanOptions{}) }},
+	} {
+		t.Run(c.kind, func(t *testing.T) { testGCDamaged(t, c.kind, c.name, c.nth, c.junk, c.get, c.scan) })
+	}
+}
+
+// counterScan shows a counter iterator's counts as values.
+type counterScan struct{ flowlet.CounterIterator }
+
+func (c counterScan) Value() []byte { return []byte(fmt.Sprint(c.Count())) }
+
+func testGCDamaged(t *testing.T, kind, name string, nth int, junk string,
+	get func(*Store) error, scan func(*Store) flowlet.Iterator) {
 	e := newEnv(t, true)
 	s := e.store(t)
 	for i := range 3 {
 		st := e.begin(t, s)
 		for _, k := range []string{"a", "hot", "z"} {
 			st.add("c", k, int64(i+1))
+			st.put("t", k, fmt.Sprint(i+1))
 		}
 		st.commit()
 	}
-	// The middle delta of hot, written by the second step, is damaged.
+	var sp *space
+	if kind == "table" {
+		sp = &s.Table(name).space
+	} else {
+		sp = &s.Counters(name).space
+	}
 	var wp uint64
 	err := e.db.Update(func(txn *badger.Txn) error {
-		k := s.Counters("c").versionKey([]byte("hot"), 0)
+		k := sp.versionKey([]byte("hot"), 0)
 		k = k[:len(k)-versionLen]
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: k})
 		defer it.Close()
 		it.Rewind()
-		it.Next()
+		for range nth {
+			it.Next()
+		}
 		wp = ^beUint64(it.Item().Key()[len(k):])
-		return txn.Set(it.Item().KeyCopy(nil), []byte("junk"))
+		return txn.Set(it.Item().KeyCopy(nil), []byte(junk))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -522,39 +556,40 @@ func TestGCDamagedCounter(t *testing.T) {
 		if !errors.As(err, &de) || !errors.Is(err, ErrDamaged) {
 			t.Fatalf("%s: %v, want a DamagedError", what, err)
 		}
-		if de.Kind != "counters" || de.Name != "c" || string(de.Key) != "hot" || de.Version != wp {
-			t.Fatalf("%s: %+v, want counters c key hot version %d", what, de, wp)
+		if de.Kind != kind || de.Name != name || string(de.Key) != "hot" || de.Version != wp {
+			t.Fatalf("%s: %+v, want %s %s key hot version %d", what, de, kind, name, wp)
 		}
 	}
-	before := stored(t, e.db, "hot")
+	hot := fmt.Sprintf("%q", sp.prefix) // what stored renders of sp's versions of hot
+	hot = hot[1:len(hot)-1] + `hot`
+	before := stored(t, e.db, hot)
 	wm := NewWatermark(e.coord)
 	for pass := range 2 {
 		stats, err := s.GC(wm.Advance(), nil)
 		damagedHot(fmt.Sprint("GC pass ", pass), err)
-		if stats.Damaged != 1 || stats.Keys != 3 {
-			t.Fatalf("pass %d: %+v, want 3 keys, 1 damaged", pass, stats)
+		if stats.Damaged != 1 || stats.Keys != 6 {
+			t.Fatalf("pass %d: %+v, want 6 keys, 1 damaged", pass, stats)
 		}
 	}
-	if after := stored(t, e.db, "hot"); strings.Count(before, "\n") != 3 || after != before {
+	if after := stored(t, e.db, hot); strings.Count(before, "\n") != 3 || after != before {
 		t.Fatalf("GC changed the damaged key:\nbefore %s\nafter  %s", before, after)
 	}
-	if k := countKeys(t, e.db); k != 3+2 {
-		t.Fatalf("%d versions left, want a and z folded, hot's 3 kept:\n%s", k, stored(t, e.db, ""))
+	if k := countKeys(t, e.db); k != 5+3 {
+		t.Fatalf("%d versions left, want one of each key but the damaged one, its 3 kept:\n%s", k, stored(t, e.db, ""))
 	}
 
 	st := e.begin(t, s)
 	defer st.abort()
-	_, err = s.Counters("c").Get([]byte("hot"))
-	damagedHot("Get", err)
-	it := s.Counters("c").Scan(flowlet.ScanOptions{})
+	damagedHot("Get", get(s))
+	it := scan(s)
 	defer it.Close()
 	for it.Next() {
-		if string(it.Key()) != "a" || it.Count() != 6 {
-			t.Fatalf("scan: %q=%d, want a=6 then an error", it.Key(), it.Count())
+		if string(it.Key()) != "a" || string(it.Value()) != map[string]string{"table": "3", "counters": "6"}[kind] {
+			t.Fatalf("scan: %q=%q, want a then an error", it.Key(), it.Value())
 		}
 	}
 	damagedHot("Scan", it.Err())
-	if a, z := st.count("c", "a"), st.count("c", "z"); a != 6 || z != 6 {
-		t.Fatalf("a=%d z=%d, want 6 6", a, z)
+	if a, z, ca, cz := st.get("t", "a"), st.get("t", "z"), st.count("c", "a"), st.count("c", "z"); a != "3" || z != "3" || ca != 6 || cz != 6 {
+		t.Fatalf("a=%s z=%s, counters a=%d z=%d, want 3 3 6 6", a, z, ca, cz)
 	}
 }

@@ -95,6 +95,18 @@ func encodeCount(tag byte, n int64) []byte {
 	return binary.LittleEndian.AppendUint64([]byte{tag}, uint64(n))
 }
 
+// decodeTable decodes a table value: the value and true, or a delete; one
+// that does not decode is ErrDamaged.
+func decodeTable(v []byte) ([]byte, bool, error) {
+	switch {
+	case len(v) == 1 && v[0] == tagTombstone:
+		return nil, false, nil
+	case len(v) > 0 && v[0] == tagValue:
+		return v[1:], true, nil
+	}
+	return nil, false, ErrDamaged
+}
+
 // decodeCount decodes a counter value; one that does not decode is
 // ErrDamaged, which callers wrap in a DamagedError naming its key.
 func decodeCount(v []byte) (byte, int64, error) {

@@ -267,6 +267,18 @@ func TestAbortDropsWrites(t *testing.T) {
 	})
 }
 
+// fillKeys commits a step on s that puts n keys, "0" to n-1, with value "v"
+// in table t and adds 1 to each in counters c.
+func fillKeys(t testing.TB, e *env, s *Store, n int) {
+	t.Helper()
+	st := e.begin(t, s)
+	for i := range n {
+		st.put("t", fmt.Sprint(i), "v")
+		st.add("c", fmt.Sprint(i), 1)
+	}
+	st.commit()
+}
+
 func countKeys(t testing.TB, db *badger.DB) int {
 	n := 0
 	db.View(func(txn *badger.Txn) error {
@@ -601,16 +613,10 @@ func TestClosedDB(t *testing.T) {
 // closed DB's unmapped tables and killed the process (SIGSEGV).
 func TestClosedDBMidScan(t *testing.T) {
 	e := newEnv(t, true)
-	s := e.store(t)
-	st := e.begin(t, s)
-	for i := range 1000 {
-		st.put("t", fmt.Sprint(i), "v")
-		st.add("c", fmt.Sprint(i), 1)
-	}
-	st.commit()
+	fillKeys(t, e, e.store(t), 1000)
 	e.reopen(t) // the versions are in Badger's tables, not its memtable
-	s = e.store(t)
-	st = e.begin(t, s)
+	s := e.store(t)
+	e.begin(t, s) // the step the scans read in
 	it := s.Table("t").Scan(flowlet.ScanOptions{})
 	cit := s.Counters("c").Scan(flowlet.ScanOptions{})
 	if !it.Next() || !cit.Next() {

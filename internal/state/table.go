@@ -61,15 +61,18 @@ func (t *Table) Get(key []byte) ([]byte, bool, error) {
 		return bytes.Clone(w.value), true, nil
 	}
 	var v []byte
+	var ok bool
 	err := t.versions(key, func(item *badger.Item) (bool, error) {
-		var err error
-		v, err = item.ValueCopy(nil)
-		return true, err
+		b, err := item.ValueCopy(nil)
+		if err == nil {
+			v, ok, err = decodeTable(b)
+		}
+		return true, t.s.damagedAt(item.Key(), err)
 	})
-	if err != nil || len(v) == 0 || v[0] != tagValue {
+	if err != nil || !ok {
 		return nil, false, err
 	}
-	return v[1:], true, nil
+	return v, true, nil
 }
 
 // Scan implements flowlet.Table.
@@ -82,11 +85,12 @@ func (t *Table) Scan(opts flowlet.ScanOptions) flowlet.Iterator {
 	}
 	it := &tableIter{}
 	if err := t.scan(&it.merge, opts, over, func(v []byte) (bool, error) {
-		it.cur.exists = len(v) > 0 && v[0] == tagValue
-		if it.cur.exists {
-			it.cur.value = append(it.cur.value[:0], v[1:]...)
+		v, live, err := decodeTable(v)
+		it.cur.exists = live
+		if live {
+			it.cur.value = append(it.cur.value[:0], v...)
 		}
-		return true, nil
+		return true, err
 	}); err != nil {
 		return &errIter{err: err}
 	}
