@@ -545,6 +545,9 @@ func (a *App) maintain(ctx context.Context) {
 // gcState runs one state GC pass over every flowlet.
 func (a *App) gcState() {
 	bound := a.wm.Advance()
+	if hold := a.st.gcHold(); hold != 0 {
+		bound = min(bound, hold) // a read past its timeout (holdGC)
+	}
 	if bound == 0 {
 		return
 	}

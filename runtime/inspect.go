@@ -427,6 +427,11 @@ func (s *Store) Tables(app, flowletName string) ([]TableInfo, error) {
 	return out, err
 }
 
+// viewTimeout is the timeout of a state read's transaction: past it the
+// coordinator takes the read for gone, but state GC still does not pass it
+// (store.holdGC), so a read of any length gives the values as of its start.
+var viewTimeout = time.Minute
+
 // View runs fn with read access to a flowlet's state as of the last commit.
 func (s *Store) View(app, flowletName string, fn func(st StateReader) error) error {
 	return s.st.view(app, flowletName, fn)
@@ -444,7 +449,7 @@ func (s *store) view(app, flowletName string, fn func(st StateReader) error) err
 		return err
 	}
 	defer ss.Close()
-	t, err := s.coord.StartShort(time.Minute)
+	t, err := s.coord.StartShort(viewTimeout)
 	if err != nil {
 		return err
 	}
@@ -453,6 +458,7 @@ func (s *store) view(app, flowletName string, fn func(st StateReader) error) err
 			s.reads.Add(1)
 		}
 	}()
+	defer s.holdGC(t)() // also past viewTimeout
 	if err := ss.StartTx(t); err != nil {
 		return err
 	}

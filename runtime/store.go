@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,45 @@ type store struct {
 	// reads counts read-only transactions (state and queue views), which
 	// end in an abort by design.
 	reads atomic.Uint64
+
+	// views are the state reads in progress (view), each with the bound
+	// state GC must not pass while it reads (gcHold).
+	viewMu sync.Mutex
+	views  map[*tx.Tx]uint64
+}
+
+// holdGC keeps state GC (App.gcState) below what the read t needs until
+// release: every version below t's FirstInProgress is settled and visible
+// to t, so GC under it changes none of t's reads. The coordinator counts t
+// as in progress, which holds the GC watermark, only until t times out
+// (viewTimeout): a read that outlived that (a long scan of a running app)
+// read versions GC had folded or deleted since — wrong values.
+func (s *store) holdGC(t *tx.Tx) (release func()) {
+	s.viewMu.Lock()
+	defer s.viewMu.Unlock()
+	if s.views == nil {
+		s.views = map[*tx.Tx]uint64{}
+	}
+	s.views[t] = t.FirstInProgress()
+	return func() {
+		s.viewMu.Lock()
+		delete(s.views, t)
+		s.viewMu.Unlock()
+	}
+}
+
+// gcHold is the lowest bound a read in progress holds state GC to (holdGC);
+// 0 if none does.
+func (s *store) gcHold() uint64 {
+	s.viewMu.Lock()
+	defer s.viewMu.Unlock()
+	var b uint64
+	for _, h := range s.views {
+		if b == 0 || h < b {
+			b = h
+		}
+	}
+	return b
 }
 
 type storeOptions struct {
