@@ -6,15 +6,16 @@ import (
 	"testing"
 )
 
-// TestRetryEndsAtStop: a source's step, or a tick, that failed and waits
-// out its backoff when the app stops is not retried: the wait ends and so
-// does the instance, nothing of the step committed (a restart redoes it).
-// The wait returned at once and the step was retried back to back, every
-// retry failing, until the retries ran out: the source stopped "after
-// retries" (an error in its status), the tick went to the dead-letter
-// queue.
+// TestRetryEndsAtStop: a source's step, a tick or a consumer's step that
+// failed and waits out its backoff when the app stops is not retried: the
+// wait ends and so does the instance, nothing of the step committed (a
+// restart redoes it). The wait returned at once and the step was retried
+// back to back, every retry failing, until the retries ran out: the source
+// stopped "after retries" (an error in its status), the tick went to the
+// dead-letter queue. (A consumer's step held already: its next attempt
+// finds the stop before it commits.)
 func TestRetryEndsAtStop(t *testing.T) {
-	for _, who := range []string{"src", "sink"} {
+	for _, who := range []string{"src", "tick", "step"} {
 		t.Run(who, func(t *testing.T) {
 			a := openYAML(t, `
 app: retrystop
@@ -29,16 +30,19 @@ connections:
 			attempts := 0
 			ownStepDone.Store(false)
 			a.commitFault = func(sc *stepCtx) error {
-				if sc.in.fl.Name != who || who == "sink" && !ownStepDone.Swap(false) {
+				switch {
+				case who == "src" && sc.in.fl.Name == "src":
+				case who != "src" && sc.in.fl.Name == "sink" && ownStepDone.Swap(false) == (who == "tick"):
+				default:
 					return nil
 				}
 				attempts++
 				cancel() // the app stops while the step waits to be retried
 				return errors.New("refused (test)")
 			}
-			if err := a.Run(ctx); err != nil {
-				t.Fatalf("run: %v", err)
-			}
+			done := make(chan error, 1)
+			go func() { done <- a.Run(ctx) }()
+			waitRunNil(t, done)
 			if attempts != 1 {
 				t.Errorf("the failed step was tried %d times, want once: not retried once the app stopped", attempts)
 			}
