@@ -130,6 +130,9 @@ func (w *gcWalk) del() error {
 // leaves the iterator at the next user key. A key with a value that does not
 // decode is left alone: the error wraps ErrDamaged.
 func (w *gcWalk) key() error {
+	if err := w.s.closedErr(); err != nil {
+		return err // see gcBatch.apply
+	}
 	k := w.it.Item().Key()
 	if len(k) < len(w.s.prefix)+1+termLen+versionLen {
 		return fmt.Errorf("%w %q", errBadKey, k)
@@ -288,8 +291,10 @@ type gcBatch struct {
 	txn      *badger.Txn
 	ops      int
 	bytes    int
-	// beforeCommit, in tests, fails a commit: a pass cut between two.
+	// beforeCommit, in tests, fails a commit: a pass cut between two;
+	// afterCommit runs after each commit.
 	beforeCommit func() error
+	afterCommit  func()
 }
 
 const (
@@ -315,6 +320,11 @@ func (g *gcBatch) apply(set, val []byte, dels [][]byte) error {
 		if err := g.commit(); err != nil {
 			return err
 		}
+	}
+	if g.db.IsClosed() {
+		// Closed under the pass (a shutdown): the pass's iterator would
+		// read its unmapped tables next, a fault that kills the process.
+		return g.fail(badger.ErrDBClosed)
 	}
 	if g.txn == nil {
 		g.txn = g.db.NewTransaction(true)
@@ -355,6 +365,9 @@ func (g *gcBatch) commit() error {
 	g.txn = nil
 	if err != nil {
 		return fmt.Errorf("state: GC: %w", err)
+	}
+	if g.afterCommit != nil {
+		g.afterCommit()
 	}
 	return nil
 }

@@ -593,3 +593,26 @@ func testGCDamaged(t *testing.T, kind, name string, nth int, junk string,
 		t.Fatalf("a=%s z=%s, counters a=%d z=%d, want 3 3 6 6", a, z, ca, cz)
 	}
 }
+
+// TestGCClosedDBMidPass: a pass under way when the DB closes (a pass
+// racing the app's shutdown) ends with an error wrapping
+// badger.ErrDBClosed. It went on reading Badger's tables, unmapped by the
+// close, and killed the process (SIGSEGV).
+func TestGCClosedDBMidPass(t *testing.T) {
+	e := newEnv(t, true)
+	for range 2 {
+		fillKeys(t, e, e.store(t), 1000)
+	}
+	e.reopen(t) // the versions are in Badger's tables, not its memtable
+	s := e.store(t)
+	g := newGCBatch(e.db)
+	g.maxBytes = 2000 // many commits
+	g.afterCommit = func() {
+		if err := e.db.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := s.gc(g, NewWatermark(e.coord).Advance(), nil); !errors.Is(err, badger.ErrDBClosed) {
+		t.Fatalf("GC: %v, want ErrDBClosed", err)
+	}
+}
