@@ -952,8 +952,9 @@ func (b *Backend) background() {
 }
 
 // wakeLeaseWaiters wakes the consumers of a queue where a Dequeue skipped a
-// leased partition, once the lease's transaction ended without staging or
-// rolling back (a timeout): they take the lease over (leaseEndedLocked). Nothing else would
+// leased partition, once the lease's transaction ended and nothing of it is
+// under way (a timeout, a lost PostCommit): they take the lease over
+// (leaseEndLocked). Nothing else would
 // wake them if no producer commits. Needs Options.Coordinator.
 func (b *Backend) wakeLeaseWaiters() {
 	coord := b.opts.Coordinator
@@ -976,7 +977,8 @@ func (b *Backend) wakeLeaseWaiters() {
 				if s.owner == nil || !s.skipped {
 					continue // nobody waits for it
 				}
-				if _, ok := slices.BinarySearch(inProgress, s.ownerTx); !ok && s.owner.ending.Load() != s.ownerTx {
+				_, running := slices.BinarySearch(inProgress, s.ownerTx)
+				if leaseEndLocked(s, !running) != leaseHeld {
 					ended = true
 				} else {
 					held = true

@@ -1,6 +1,7 @@
 package badgerq
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -55,10 +56,17 @@ type consumer struct {
 	full bool
 
 	// ending is the id of the last transaction whose Stage, Persist or
-	// Rollback ran: from then on it may commit or change its slots, and
-	// releases its leases itself, which are no longer taken over (see
-	// leaseEndedLocked).
+	// Rollback began: from then on it may commit or change its slots, and
+	// its leases are taken over only as wrote says (see leaseEndLocked).
 	ending atomic.Uint64
+	// wrote is the id of the last transaction whose Stage or Persist
+	// returned, until its PostCommit or Rollback begins: nothing of it is
+	// under way here any more. Once the coordinator ended it, it committed
+	// (its PostCommit never ran, or has yet to) or never will (timed out
+	// after its writes, which then never commit): a taker reads the
+	// partition's committed state from the store and takes the lease over
+	// (adoptLocked).
+	wrote atomic.Uint64
 }
 
 // rolledWork is a changed partition as Rollback sees it.
@@ -121,10 +129,65 @@ func (b *Backend) Consumer(name, group string, instance int) (queue.ConsumerDriv
 }
 
 func (c *consumer) StartTx(t *tx.Tx) error {
-	c.abandonPersisted()
+	if c.t != nil {
+		if err := c.endUnfinished(t); err != nil {
+			return err
+		}
+	}
 	c.releaseAll(false)
 	c.t = t
 	return nil
+}
+
+// endUnfinished is for a consumer handed t while its previous transaction
+// never ended here (no PostCommit, no Rollback: given up, its goroutine
+// lost, its Context gone after the commit). One that staged or persisted
+// and has ended may have committed: the partitions it holds take their
+// committed state from the store (adoptLocked), else the consumer's next
+// transaction read from the state before that commit and delivered its
+// entries again (conformance PostCommitNeverRun/*/same_consumer).
+func (c *consumer) endUnfinished(t *tx.Tx) error {
+	prev := c.t
+	if c.wrote.Load() != prev.ID || !endedIn(t, prev.ID) {
+		c.abandonPersisted()
+		return nil
+	}
+	c.q.mu.Lock()
+	var err error
+	wake := false
+	for p, w := range c.work {
+		s := w.slot
+		if s.owner != c || err != nil {
+			continue
+		}
+		if err = c.adoptLocked(p, s, t); err == nil && s.skipped {
+			// Released here: a consumer that skipped it may wait.
+			s.skipped = false
+			wake = wake || c.q.index[p].mayHaveWork(&s.committed.st, nil)
+		}
+	}
+	c.q.mu.Unlock()
+	if wake {
+		c.q.notify()
+	}
+	if err != nil {
+		return err
+	}
+	if c.persisted {
+		// The slots hold what of its Persist stays stored (adoptLocked).
+		c.b.endPersist(prev.WritePointer)
+		c.persisted = false
+	}
+	return nil
+}
+
+// endedIn reports whether transaction id had ended when t started.
+func endedIn(t *tx.Tx, id uint64) bool {
+	if id > t.ReadPointer() {
+		return false // began after t's snapshot, or was in progress at it
+	}
+	_, inProgress := slices.BinarySearch(t.InProgress(), id)
+	return !inProgress
 }
 
 // abandonPersisted is for a consumer handed a new transaction while the
@@ -184,50 +247,123 @@ func (c *consumer) candidatesLocked() ([]int, error) {
 // without leasing: skipping an idle partition costs no Badger access).
 // A lease whose transaction ended without committing (timed out, its
 // goroutine lost) is taken over.
-func (c *consumer) leaseLocked(p int) *work {
+func (c *consumer) leaseLocked(p int) (*work, error) {
 	if w := c.work[p]; w != nil {
 		if !c.q.index[p].mayHaveWork(&w.st, c.t) {
-			return nil
+			return nil, nil
 		}
-		return w
+		return w, nil
 	}
 	s := c.g.slots[p]
-	if s.owner != nil && !c.leaseEndedLocked(s) {
-		// The release wakes us (the owner may not come back for what it
-		// left), and so does the background loop if its tx ends without one.
-		s.skipped = true
-		c.q.leaseWait.Store(true)
-		return nil
+	if s.owner != nil {
+		switch leaseEndLocked(s, endedIn(c.t, s.ownerTx)) {
+		case leaseHeld:
+			// The release wakes us (the owner may not come back for what
+			// it left), and so does the background loop if its tx ends
+			// without one.
+			s.skipped = true
+			c.q.leaseWait.Store(true)
+			return nil, nil
+		case leaseEndedWrote:
+			if err := c.adoptLocked(p, s, c.t); err != nil {
+				return nil, err
+			}
+		}
 	}
 	s.resolve(c.t)
 	if !c.q.index[p].mayHaveWork(&s.committed.st, c.t) {
-		return nil
+		return nil, nil
 	}
 	s.owner, s.ownerTx = c, c.t.ID
 	w := &work{slot: s, prev: s.committed, st: s.committed.st.clone()}
 	c.work[p] = w
-	return w
+	return w, nil
 }
 
-// leaseEndedLocked reports whether the transaction holding s's lease had
-// ended when c's transaction started, and never staged, persisted nor
-// began its rollback: then it did not commit and never will (an ended
-// transaction cannot), so the committed state in memory is the slot's, and
-// the lease can be taken over. One that staged may have committed, with its
-// PostCommit (which publishes the new state and releases the lease) still
-// to run; it ends the lease itself, as does a rollback under way. A dead
-// transaction's later Dequeue, Rollback and release leave a taken-over slot
-// alone (they check the owner), and its Persist refuses to write one
-// (checkLeasesLocked). Under q.mu.
-func (c *consumer) leaseEndedLocked(s *slot) bool {
-	id := s.ownerTx
-	if id > c.t.ReadPointer() {
-		return false // began after c's snapshot, or was in progress at it
+// leaseEnd says whether a lease can be taken over (leaseEndLocked).
+type leaseEnd uint8
+
+const (
+	leaseHeld       leaseEnd = iota // its transaction may still change the slot
+	leaseEnded                      // ended before it wrote: the state in memory is the slot's
+	leaseEndedWrote                 // ended after it wrote: the store has the slot's state
+)
+
+// leaseEndLocked tells whether the lease of s can be taken over, given
+// whether its transaction had ended when the taker's started (ended).
+//
+// One that never staged, persisted nor began its rollback did not commit
+// and never will (an ended transaction cannot), so the committed state in
+// memory is the slot's: leaseEnded. One that staged or persisted and went
+// no further (its PostCommit or Rollback has not begun: lost after its
+// writes) either committed, with its PostCommit (which publishes the new
+// state and releases the lease) not run — maybe never — or was ended by the
+// coordinator (timed out) and never will commit (on the general path its
+// persisted version stays invisible): leaseEndedWrote, the store says which
+// (adoptLocked). Before, such a lease was held until a restart. A
+// transaction still staging or persisting, or rolling back (which may keep
+// its moves of the state it leased), ends the lease itself: leaseHeld. A
+// dead transaction's later Dequeue, Rollback, PostCommit and release leave
+// a taken-over slot alone (they check the owner), and its Persist refuses
+// to write one (checkLeasesLocked). Under q.mu.
+func leaseEndLocked(s *slot, ended bool) leaseEnd {
+	if !ended {
+		return leaseHeld
 	}
-	if _, inProgress := slices.BinarySearch(c.t.InProgress(), id); inProgress {
-		return false
+	o, id := s.owner, s.ownerTx
+	switch {
+	case o.ending.Load() != id:
+		return leaseEnded
+	case o.wrote.Load() == id:
+		return leaseEndedWrote
 	}
-	return s.owner.ending.Load() != id
+	return leaseHeld
+}
+
+// adoptLocked gives slot s of partition p the committed state the store
+// holds for it, as t sees it, and ends its owner's lease, whose transaction
+// ended after it wrote (leaseEndedWrote). The newest stored version t sees
+// is the slot's: if its pointer is not the one in memory's, it is that
+// transaction's commit, which its PostCommit did not publish (every other
+// commit of the slot was published before its lease ended; pointers do not
+// tell which is newer: a transaction that started first may lease the slot
+// after another one committed it, OlderSnapshotConsumer). At the same
+// pointer the one in memory is kept: it may have moved on from the stored
+// one (an aborted empty step's moves). A version t does not see (persisted
+// by a transaction ended without committing) stays stored until the slot
+// is written again: the slot holds pruning at it. Under q.mu; reads one
+// key.
+func (c *consumer) adoptLocked(p int, s *slot, t *tx.Tx) error {
+	var vs []stateVersion
+	err := c.b.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(stateKey(c.q.id, c.g.meta.ID, uint16(p)))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			vs, err = decodeStateValue(v)
+			return err
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("badgerq: consumer of %s/%s: state of partition %d, whose transaction %d ended after it wrote: %w",
+			c.q.name, c.g.meta.Name, p, s.ownerTx, err)
+	}
+	s.resolve(t)
+	for _, v := range vs {
+		if v.wp == 0 || t.Visible(v.wp) {
+			if v.wp != s.committed.wp {
+				s.committed = v
+			}
+			break
+		}
+		s.holdAt(v.wp)
+	}
+	s.owner = nil
+	return nil
 }
 
 // Dequeue implements queue.ConsumerDriver. The entries are gathered in a
@@ -288,8 +424,12 @@ func (c *consumer) DequeueAppend(dst []queue.Entry, max int) ([]queue.Entry, err
 		}
 		c.q.mu.Lock()
 		_, had := c.work[p]
-		w := c.leaseLocked(p)
+		w, err := c.leaseLocked(p)
 		c.q.mu.Unlock()
+		if err != nil {
+			clear(out[len(dst):])
+			return dst, err
+		}
 		if w == nil {
 			continue
 		}
@@ -601,6 +741,7 @@ func (c *consumer) Stage(dst []tx.Write) ([]tx.Write, error) {
 			})
 		}
 	}
+	c.wrote.Store(c.t.ID)
 	return dst, nil
 }
 
@@ -620,6 +761,7 @@ func (c *consumer) Persist() error {
 		changed = changed || w.changed
 	}
 	if !changed {
+		c.wrote.Store(c.t.ID)
 		return nil
 	}
 	if err := c.b.beginPersist(c.t.WritePointer); err != nil {
@@ -639,7 +781,11 @@ func (c *consumer) Persist() error {
 	if err := wb.Flush(); err != nil {
 		return err
 	}
-	return c.b.sync()
+	if err := c.b.sync(); err != nil {
+		return err
+	}
+	c.wrote.Store(c.t.ID)
+	return nil
 }
 
 // checkLeasesLocked marks the transaction ending, so that its leases are
@@ -660,9 +806,13 @@ func (c *consumer) checkLeasesLocked() error {
 func (c *consumer) PostCommit() {
 	q := c.q
 	q.mu.Lock()
+	c.wrote.CompareAndSwap(c.t.ID, 0) // publishing: its leases are its own to end
 	wrote := false
 	for _, w := range c.work {
-		if w.changed {
+		// A slot taken over (its PostCommit came late) took this
+		// commit's state from the store, and a taker may have committed
+		// past it since (adoptLocked).
+		if w.changed && w.slot.owner == c {
 			w.slot.committed = stateVersion{wp: c.t.WritePointer, st: w.st}
 			w.slot.hold = 0 // the stored value is this commit's: [new, committed prev]
 			wrote = true
@@ -707,10 +857,15 @@ func (c *consumer) Rollback() error {
 		// From here its leases are not taken over: the moves kept below
 		// are of the state it leased, which a taker's commit moves on.
 		c.ending.Store(c.t.ID)
+		c.wrote.CompareAndSwap(c.t.ID, 0)
 	}
 	for p, w := range c.work {
-		if w.changed {
-			k := rolledWork{p: p, w: w, keep: w.delivered == 0 && w.expired == 0 && w.slot.owner == c, hold: w.slot.hold != 0}
+		// A slot taken over is the taker's: its state, whether in memory
+		// or stored, is none of this transaction's business any more
+		// (after a takeover of a persisted lease, restoring the version
+		// before it wrote over what the taker committed).
+		if w.changed && w.slot.owner == c {
+			k := rolledWork{p: p, w: w, keep: w.delivered == 0 && w.expired == 0, hold: w.slot.hold != 0}
 			ws = append(ws, k)
 			write = write || (k.keep && k.hold)
 		}

@@ -40,7 +40,14 @@ func fifoQueue(t *testing.T, qs *queue.Queues, coord *tx.Coordinator, instances 
 // the entries. The late Persist wrote its state over the peer's, and its
 // Rollback the state before both: after a restart the peer's entries came
 // again. A Persist whose partition was taken over is refused.
-func TestTakenOverLeaseRefusesPersist(t *testing.T) {
+func TestTakenOverLeaseRefusesPersist(t *testing.T) { lateConsumerTakenOver(t, false) }
+
+// lateConsumerTakenOver: a general-path consumer transaction passes
+// CanCommit (and, persisted, its Persist) and times out; a FIFO peer takes
+// its partition over and commits its 3 entries; the late transaction's
+// Persist (unless persisted), commit and Rollback change nothing: after a
+// restart nothing comes again.
+func lateConsumerTakenOver(t *testing.T, persisted bool) {
 	var moved atomic.Int64
 	n := newGeneralNodeClock(t, func() time.Time { return time.Now().Add(time.Duration(moved.Load())) })
 	must := mustT(t)
@@ -54,6 +61,9 @@ func TestTakenOverLeaseRefusesPersist(t *testing.T) {
 		t.Fatalf("late consumer got %d entries (%v), want 3", len(got), err)
 	}
 	must(n.coord.CanCommit(t1, nil))
+	if persisted {
+		must(late.Persist())
+	}
 	moved.Add(int64(2 * time.Minute))
 	if n.coord.ExpireTimedOut() != 1 {
 		t.Fatal("the late consumer's transaction did not time out")
@@ -66,8 +76,10 @@ func TestTakenOverLeaseRefusesPersist(t *testing.T) {
 		t.Fatalf("the peer got %d entries, want the 3 of the timed-out consumer's partition", len(got))
 	}
 
-	if err := late.Persist(); !errors.Is(err, tx.ErrNotInProgress) {
-		t.Errorf("late Persist after the takeover returned %v, want ErrNotInProgress", err)
+	if !persisted {
+		if err := late.Persist(); !errors.Is(err, tx.ErrNotInProgress) {
+			t.Errorf("late Persist after the takeover returned %v, want ErrNotInProgress", err)
+		}
 	}
 	if err := n.coord.Commit(t1); !errors.Is(err, tx.ErrNotInProgress) {
 		t.Fatalf("late commit returned %v, want ErrNotInProgress", err)

@@ -21,8 +21,8 @@ import (
 // rollback leaves the taker's lease alone.
 func testLostConsumer(t *testing.T, e *Env) {
 	for _, s := range []queue.Strategy{queue.FIFO, queue.Hash, queue.RoundRobin} {
-		for _, late := range []string{"finish", "abort"} {
-			t.Run(string(s)+"/late_"+late, func(t *testing.T) { lostConsumer(t, e, s, late == "finish") })
+		for _, late := range []lateEnd{lateFinish, lateAbort} {
+			t.Run(string(s)+"/late_"+late.String(), func(t *testing.T) { lostConsumer(t, e, s, late) })
 		}
 	}
 	t.Run("hash/same_consumer_new_tx", func(t *testing.T) { lostConsumerReused(t, e) })
@@ -75,22 +75,47 @@ func lostConsumerRescaledAway(t *testing.T, e *Env) {
 	expectExactly(t, payloads(append(all, drain(t, e, c, n)...)), "e", n)
 }
 
-func lostConsumer(t *testing.T, e *Env, s queue.Strategy, lateFinish bool) {
-	qn := fmt.Sprintf("lost-%s-%v", s, lateFinish)
+// lateEnd is how a lost consumer transaction ends late (lostConsumer).
+type lateEnd int
+
+const (
+	lateFinish     lateEnd = iota // lost before it wrote, its Finish comes late
+	lateAbort                     // lost before it wrote, its Abort comes late
+	lateAfterWrite                // lost after its Stage or Persist, which then returns
+)
+
+func (l lateEnd) String() string {
+	return [...]string{"finish", "abort", "after_write"}[l]
+}
+
+func lostConsumer(t *testing.T, e *Env, s queue.Strategy, late lateEnd) {
+	qn := fmt.Sprintf("lost-%s-%v", s, late)
 	const n = 40
 	keyedQueue(t, e, qn, 4, queue.Group{Name: "g", Strategy: s, Instances: 2}, n)
 
 	lost, err := e.Queues.Consumer(qn, "g", 0)
 	must(t, err)
-	lostCtx := e.Coord.NewContext(lost)
-	lostTx, err := lostCtx.Start(time.Millisecond)
-	must(t, err)
+	var lostCtx *tx.Context
+	var afterWrite *lostAfterWrite
+	var lostTx *tx.Tx
+	if late == lateAfterWrite {
+		afterWrite, err = startLostAfterWrite(e, lost)
+		must(t, err)
+	} else {
+		lostCtx = e.Coord.NewContext(lost)
+		lostTx, err = lostCtx.Start(time.Millisecond)
+		must(t, err)
+	}
 	held, err := lost.Dequeue(n)
 	must(t, err)
 	if len(held) == 0 {
 		t.Fatal("the consumer to lose got nothing")
 	}
-	WaitEnded(t, e.Coord, lostTx)
+	if afterWrite != nil {
+		must(t, afterWrite.lose(e))
+	} else {
+		WaitEnded(t, e.Coord, lostTx)
+	}
 
 	takerInstance := 0 // hash, round robin: the same instance's partitions
 	if s == queue.FIFO {
@@ -110,12 +135,17 @@ func lostConsumer(t *testing.T, e *Env, s queue.Strategy, lateFinish bool) {
 		t.Fatalf("the taker read partition %d, which the lost consumer did not hold", first[0].ID.Partition)
 	}
 
-	if lateFinish {
+	switch late {
+	case lateFinish:
 		if err := lostCtx.Finish(); !errors.Is(err, tx.ErrNotInProgress) {
 			t.Fatalf("the timed-out transaction's commit returned %v, want ErrNotInProgress", err)
 		}
-	} else {
+	case lateAbort:
 		must(t, lostCtx.Abort(nil))
+	case lateAfterWrite:
+		if err := afterWrite.late(); !errors.Is(err, tx.ErrNotInProgress) {
+			t.Fatalf("the timed-out transaction's commit returned %v, want ErrNotInProgress", err)
+		}
 	}
 
 	// The taker's transaction still holds its partition: nobody else reads it.
@@ -201,9 +231,12 @@ func WaitEnded(t testing.TB, c *tx.Coordinator, t0 *tx.Tx) {
 
 // testRandomizedLostConsumers: consumers of a hash and a FIFO group, while
 // producers commit, now and then lose a transaction (left open until it
-// times out, then finished or aborted late from another goroutine) and go
-// on with a new consumer of the same instance. Every event is consumed
-// exactly once per group, by committed transactions only.
+// times out, then finished or aborted late from another goroutine; or lost
+// after the consumer staged or persisted, ended by the coordinator, its
+// Finish going on late) or the PostCommit of a committed one (run late from
+// another goroutine), and go on with a new consumer of the same instance.
+// Every event is consumed exactly once per group, by committed
+// transactions only.
 func testRandomizedLostConsumers(t *testing.T, e *Env) {
 	const producers, perProducer = 2, 400
 	groups := hashAndFIFO(t, e, 2)
@@ -217,7 +250,12 @@ func testRandomizedLostConsumers(t *testing.T, e *Env) {
 				t.Error(err)
 				return nil, false
 			}
-			if rng.IntN(6) == 0 { // lose this one
+			switch rng.IntN(12) {
+			case 0: // lose this one after its consumer wrote
+				return loseAfterWriteLate(t, e, c, rng, &late)
+			case 1: // commit it, and its PostCommit comes late
+				return commitPostCommitLate(t, e, c, rng, &late)
+			case 2, 3: // lose this one before it wrote
 				ctx := e.Coord.NewContext(c)
 				t0, err := ctx.Start(5 * time.Millisecond)
 				if err != nil {
@@ -254,4 +292,52 @@ func testRandomizedLostConsumers(t *testing.T, e *Env) {
 	producersDone()
 	late.Wait()
 	checkOncePerGroup(t, groups, results, committed, total)
+}
+
+// loseAfterWriteLate is a step of testRandomizedLostConsumers over consumer
+// c lost after c wrote its state; the lost goroutine's Finish goes on after
+// a while, on a goroutine late counts.
+func loseAfterWriteLate(t *testing.T, e *Env, c queue.Consumer, rng *rand.Rand, late *sync.WaitGroup) ([]queue.Entry, bool) {
+	l, err := startLostAfterWrite(e, c)
+	if err != nil {
+		t.Error(err) // not Fatal: another goroutine
+		return nil, false
+	}
+	if _, err := c.Dequeue(1 + rng.IntN(30)); err != nil {
+		t.Error(err)
+	}
+	if err := l.lose(e); err != nil {
+		t.Error(err)
+		return nil, false
+	}
+	goLate(rng, late, func() {
+		if err := l.late(); !errors.Is(err, tx.ErrNotInProgress) {
+			t.Errorf("late Finish of a consumer transaction lost after it wrote: %v", err)
+		}
+	})
+	return nil, true
+}
+
+// goLate runs fn on a goroutine late counts, up to 20 ms from now.
+func goLate(rng *rand.Rand, late *sync.WaitGroup, fn func()) {
+	wait := time.Duration(rng.IntN(20)) * time.Millisecond
+	late.Add(1)
+	go func() {
+		defer late.Done()
+		time.Sleep(wait) // not a synchronisation: how late it comes
+		fn()
+	}()
+}
+
+// commitPostCommitLate is a step of testRandomizedLostConsumers over
+// consumer c that commits without running c's PostCommit, which comes after
+// a while, on a goroutine late counts.
+func commitPostCommitLate(t *testing.T, e *Env, c queue.Consumer, rng *rand.Rand, late *sync.WaitGroup) ([]queue.Entry, bool) {
+	var got []queue.Entry
+	if err := Step(e.Coord, func() (err error) { got, err = c.Dequeue(1 + rng.IntN(30)); return err }, WithoutPostCommit(c)); err != nil {
+		t.Error(err)
+		return nil, false
+	}
+	goLate(rng, late, c.PostCommit)
+	return got, true
 }

@@ -60,6 +60,8 @@ func Run(t *testing.T, newEnv func(t *testing.T) *Env) {
 		{"RandomizedExactlyOnce", testRandomized},
 		{"NotifierWakesConsumers", testNotifier},
 		{"LostConsumerReleasesPartitions", testLostConsumer},
+		{"LostConsumerAfterWrite", testLostAfterWrite},
+		{"PostCommitNeverRun", testPostCommitNeverRun},
 		{"RandomizedLostConsumers", testRandomizedLostConsumers},
 	}
 	for _, tc := range tests {
