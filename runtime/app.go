@@ -501,13 +501,19 @@ func (a *App) startLocked(in *instance) {
 		defer a.runWG.Done()
 		defer close(in.done)
 		if err := in.run(a.runCtx); err != nil {
-			select {
-			case a.fatal <- err:
-			default:
-			}
-			a.runStop()
+			a.stopOn(err)
 		}
 	}()
+}
+
+// stopOn stops the run, which returns err (the first such error; the
+// others are logged where they happen).
+func (a *App) stopOn(err error) {
+	select {
+	case a.fatal <- err:
+	default:
+	}
+	a.runStop()
 }
 
 func (a *App) closeFlowlets() error {

@@ -70,9 +70,12 @@ func (in *instance) settle() error {
 // settleBeforeWait settles before the instance blocks for a while (paused,
 // throttled by back-pressure, backing off before a retry): its commits must
 // not wait for its next step to become durable. An error here means the
-// coordinator has stopped; the instance meets it at its next transaction.
+// coordinator has stopped (tx.ErrLogFailed): the app stops with it. Left to
+// the instance's next transaction, it was lost when the app stopped first
+// (paused, say): Run returned nil though the commits may not be on disk.
 func (in *instance) settleBeforeWait() {
 	if err := in.settle(); err != nil {
 		in.logger.Error("sync of deferred commits failed", "err", err)
+		in.a.stopOn(err)
 	}
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/planner"
 	"github.com/flowrun/flowrun/tx"
 )
 
@@ -74,5 +76,60 @@ func TestRetryWaitSettlesDeferredCommits(t *testing.T) {
 	in.retryWait(context.Background(), time.Millisecond)
 	if n := len(in.pending); n != 0 {
 		t.Fatalf("%d deferred commits still pending after a retry wait", n)
+	}
+}
+
+// failingSyncLog is a BadgerLog whose deferred commits never become
+// durable: Durable fails, as a sync of the store that failed (EIO) does.
+type failingSyncLog struct{ *tx.BadgerLog }
+
+var errSyncFailed = errors.New("sync failed (test)")
+
+func (failingSyncLog) Durable(uint64) error { return errSyncFailed }
+
+// An instance whose deferred commits fail to become durable as it settles
+// before a wait (a pause, back-pressure, a retry's backoff) stops the app
+// with the error. It was only logged: an app stopped then, with no step
+// after it to meet the failed store, ended Run with nil (exit 0) though
+// its last commits may not be on disk.
+func TestSettleBeforeWaitFailureStopsApp(t *testing.T) {
+	db, err := badger.Open(tx.SyncHooks(badger.DefaultOptions(t.TempDir()).WithLogger(nil))) // deferred commits: tickets
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	l, err := tx.NewBadgerLog(db, tx.BadgerLogOptions{Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tx.Open(tx.Options{Log: failingSyncLog{l}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	a := &App{fatal: make(chan error, 1), runCtx: ctx, runStop: stop}
+	in := &instance{a: a, fl: &planner.Flowlet{Name: "f"}, stop: make(chan struct{}), logger: slog.New(slog.DiscardHandler)}
+	txn, err := c.StartShort(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.CommitWithDeferred(txn, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.pending = append(in.pending, p)
+	in.settleBeforeWait()
+	select {
+	case err := <-a.fatal:
+		if !errors.Is(err, errSyncFailed) && !errors.Is(err, tx.ErrLogFailed) {
+			t.Errorf("the app stops with %v, want the failed sync", err)
+		}
+	default:
+		t.Fatal("a failed sync of deferred commits does not stop the app")
+	}
+	if ctx.Err() == nil {
+		t.Error("the run goes on after a failed sync of deferred commits")
 	}
 }

@@ -110,11 +110,7 @@ func (a *App) watchDiskSpace(ctx context.Context) {
 			if err := checkDiskSpace(a.opts.DataDir, a.opts.MinFreeDisk); err != nil {
 				a.log.Error("stopping: the disk is nearly full", "data", a.opts.DataDir, "err", err)
 				a.diskStop.Store(true) // before the stop: no instance misses it
-				select {
-				case a.fatal <- err:
-				default:
-				}
-				a.runStop()
+				a.stopOn(err)
 				return
 			}
 		}
