@@ -47,22 +47,35 @@ func TestCanDeferOnlyWithoutOutsideEffects(t *testing.T) {
 // An instance that backs off before a retry first makes its deferred
 // commits durable: they must not wait for its next step.
 func TestRetryWaitSettlesDeferredCommits(t *testing.T) {
-	db, err := badger.Open(badger.DefaultOptions(t.TempDir()).WithLogger(nil))
+	in := &instance{a: &App{}, stop: make(chan struct{}), logger: slog.New(slog.DiscardHandler)}
+	in.pending = deferredCommits(t, func(l *tx.BadgerLog) tx.Log { return l }, 3)
+	in.retryWait(context.Background(), time.Millisecond)
+	if n := len(in.pending); n != 0 {
+		t.Fatalf("%d deferred commits still pending after a retry wait", n)
+	}
+}
+
+// deferredCommits makes n deferred commits on a store of their own, its
+// log made by wrap, and returns them (the store closes with the test).
+func deferredCommits(t *testing.T, wrap func(*tx.BadgerLog) tx.Log, n int) []tx.Pending {
+	t.Helper()
+	// SyncHooks: deferred commits get tickets (not synced at once).
+	db, err := badger.Open(tx.SyncHooks(badger.DefaultOptions(t.TempDir()).WithLogger(nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	l, err := tx.NewBadgerLog(db, tx.BadgerLogOptions{Sync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := tx.Open(tx.Options{Log: l})
+	c, err := tx.Open(tx.Options{Log: wrap(l)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	in := &instance{a: &App{}, stop: make(chan struct{}), logger: slog.New(slog.DiscardHandler)}
-	for range 3 {
+	t.Cleanup(func() { c.Close() })
+	var ps []tx.Pending
+	for range n {
 		txn, err := c.StartShort(time.Minute)
 		if err != nil {
 			t.Fatal(err)
@@ -71,12 +84,9 @@ func TestRetryWaitSettlesDeferredCommits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in.pending = append(in.pending, p)
+		ps = append(ps, p)
 	}
-	in.retryWait(context.Background(), time.Millisecond)
-	if n := len(in.pending); n != 0 {
-		t.Fatalf("%d deferred commits still pending after a retry wait", n)
-	}
+	return ps
 }
 
 // failingSyncLog is a BadgerLog whose deferred commits never become
@@ -93,33 +103,11 @@ func (failingSyncLog) Durable(uint64) error { return errSyncFailed }
 // after it to meet the failed store, ended Run with nil (exit 0) though
 // its last commits may not be on disk.
 func TestSettleBeforeWaitFailureStopsApp(t *testing.T) {
-	db, err := badger.Open(tx.SyncHooks(badger.DefaultOptions(t.TempDir()).WithLogger(nil))) // deferred commits: tickets
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	l, err := tx.NewBadgerLog(db, tx.BadgerLogOptions{Sync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := tx.Open(tx.Options{Log: failingSyncLog{l}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	a := &App{fatal: make(chan error, 1), runCtx: ctx, runStop: stop}
 	in := &instance{a: a, fl: &planner.Flowlet{Name: "f"}, stop: make(chan struct{}), logger: slog.New(slog.DiscardHandler)}
-	txn, err := c.StartShort(time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := c.CommitWithDeferred(txn, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.pending = append(in.pending, p)
+	in.pending = deferredCommits(t, func(l *tx.BadgerLog) tx.Log { return failingSyncLog{l} }, 1)
 	in.settleBeforeWait()
 	select {
 	case err := <-a.fatal:

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -39,4 +40,20 @@ func planYAML(t *testing.T, yaml string) (*planner.Plan, string) {
 		t.Fatal(err)
 	}
 	return p, dir
+}
+
+// runInBackground runs a until the test ends, then stops it (Run must
+// return nil), and returns Run's context.
+func runInBackground(t testing.TB, a *App) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return ctx
 }

@@ -172,16 +172,8 @@ func runApp(t testing.TB, p *planner.Plan, opts runtime.Options) *runtime.App {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		a.Close()
-	})
+	t.Cleanup(func() { a.Close() }) // after the run stopped
+	runtime.RunInBackground(t, a)
 	return a
 }
 

@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
@@ -27,15 +26,7 @@ flowlets:
 connections:
   - {from: gen, to: c}
 `, Options{NoSync: true, GCInterval: time.Hour}) // GC runs when the test says
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
+	ctx := runInBackground(t, a)
 	waitCount(t, a, 1)
 	err := a.View("c", func(r StateReader) error {
 		// The read's transaction times out: the coordinator ends it.
