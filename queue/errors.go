@@ -34,8 +34,13 @@ var (
 	// 65,535 groups added to one queue over its life, 2^32-1 queues
 	// created).
 	ErrExhausted = errors.New("queue: ids exhausted")
-	// ErrNoTx: Enqueue or Dequeue outside a transaction.
+	// ErrNoTx: Enqueue or Dequeue outside a transaction (badgerq: also a
+	// consumer's Stage or Persist, e.g. after a call of another Context
+	// ended its transaction).
 	ErrNoTx = errors.New("queue: no transaction in progress")
+	// ErrInUse: a consumer handed a transaction while another one it was
+	// handed is still in progress (one consumer in two Contexts at once).
+	ErrInUse = errors.New("queue: consumer in use by another transaction")
 	// ErrClosed: the backend was closed.
 	ErrClosed = errors.New("queue: backend closed")
 	// ErrCorrupt: stored data (an entry, a cursor state, a queue's

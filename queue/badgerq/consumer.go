@@ -67,6 +67,13 @@ type consumer struct {
 	// partition's committed state from the store and takes the lease over
 	// (adoptLocked).
 	wrote atomic.Uint64
+	// open is the id of the transaction StartTx took until its
+	// PostCommit or Rollback here (0: none): a StartTx while it is still
+	// in progress is refused (queue.ErrInUse), and refused counts the
+	// refusals whose Rollback (the Context's abort of the refused start)
+	// is still to come and must leave the open transaction alone.
+	open    atomic.Uint64
+	refused atomic.Int32
 }
 
 // rolledWork is a changed partition as Rollback sees it.
@@ -128,9 +135,19 @@ func (b *Backend) Consumer(name, group string, instance int) (queue.ConsumerDriv
 	return &consumer{b: b, q: q, g: g, instance: instance, work: map[int]*work{}}, nil
 }
 
+// StartTx implements tx.Participant. A consumer is one transaction's at a
+// time: handed t while the transaction it was handed before has not ended
+// here (no PostCommit, no Rollback yet), it refuses t with queue.ErrInUse
+// if that one is still in progress in t's snapshot (another Context uses
+// the consumer); if it ended there, its Context was given up (lost, timed
+// out, gone after its commit) and t takes its place (endUnfinished). The
+// refused Context's Rollback, which its Start runs at once, leaves the
+// open transaction alone. Cost when the previous transaction ended here:
+// one compare-and-swap.
 func (c *consumer) StartTx(t *tx.Tx) error {
-	if c.t != nil {
-		if err := c.endUnfinished(t); err != nil {
+	if !c.open.CompareAndSwap(0, t.ID) {
+		if err := c.takeUnfinished(t); err != nil {
+			c.refused.Add(1)
 			return err
 		}
 	}
@@ -139,16 +156,32 @@ func (c *consumer) StartTx(t *tx.Tx) error {
 	return nil
 }
 
-// endUnfinished is for a consumer handed t while its previous transaction
-// never ended here (no PostCommit, no Rollback: given up, its goroutine
-// lost, its Context gone after the commit). One that staged or persisted
-// and has ended may have committed: the partitions it holds take their
+// takeUnfinished is StartTx(t) on a consumer whose previous transaction
+// had not ended here when StartTx looked.
+func (c *consumer) takeUnfinished(t *tx.Tx) error {
+	if prev := c.open.Load(); prev != 0 && !endedIn(t, prev) {
+		return fmt.Errorf("%w: consumer %d of %s/%s handed tx %d while its tx %d is in progress (one consumer in two Contexts?)",
+			queue.ErrInUse, c.instance, c.q.name, c.g.meta.Name, t.ID, prev)
+	}
+	if c.t != nil {
+		if err := c.endUnfinished(t); err != nil {
+			return err
+		}
+	}
+	c.open.Store(t.ID)
+	return nil
+}
+
+// endUnfinished is for a consumer handed t while its previous transaction,
+// ended in t's snapshot, never ended here (no PostCommit, no Rollback:
+// given up, its goroutine lost, its Context gone after the commit). One
+// that staged or persisted may have committed: the partitions it holds take their
 // committed state from the store (adoptLocked), else the consumer's next
 // transaction read from the state before that commit and delivered its
 // entries again (conformance PostCommitNeverRun/*/same_consumer).
 func (c *consumer) endUnfinished(t *tx.Tx) error {
 	prev := c.t
-	if c.wrote.Load() != prev.ID || !endedIn(t, prev.ID) {
+	if c.wrote.Load() != prev.ID {
 		c.abandonPersisted()
 		return nil
 	}
@@ -730,7 +763,7 @@ func (c *consumer) Store() any { return c.b.db }
 // commit (which follows) must wait for its PostCommit.
 func (c *consumer) Stage(dst []tx.Write) ([]tx.Write, error) {
 	if c.t == nil {
-		return dst, nil // no transaction: nothing leased, nothing to write
+		return dst, c.noTx("Stage")
 	}
 	c.ending.Store(c.t.ID)
 	for p, w := range c.work {
@@ -745,10 +778,21 @@ func (c *consumer) Stage(dst []tx.Write) ([]tx.Write, error) {
 	return dst, nil
 }
 
+// noTx is the error of a Stage or Persist without a transaction: a
+// participant never started, or one whose transaction a call of another
+// Context ended (a late Finish of a Context given up, whose consumer went on
+// in a new one: its Rollback rolled the new transaction back). Writing
+// nothing and no error committed the new transaction without the cursor
+// moves of the entries it had delivered, which then came again.
+func (c *consumer) noTx(call string) error {
+	return fmt.Errorf("%w: %s of consumer %d of %s/%s (its transaction never started, or a call of another Context ended it)",
+		queue.ErrNoTx, call, c.instance, c.q.name, c.g.meta.Name)
+}
+
 // Persist (general path) writes the new state next to the committed one.
 func (c *consumer) Persist() error {
 	if c.t == nil {
-		return nil // no transaction: nothing leased, nothing to write
+		return c.noTx("Persist")
 	}
 	c.q.mu.Lock()
 	err := c.checkLeasesLocked()
@@ -804,6 +848,9 @@ func (c *consumer) checkLeasesLocked() error {
 }
 
 func (c *consumer) PostCommit() {
+	if c.t == nil {
+		return // no transaction (a misused participant): nothing to publish
+	}
 	q := c.q
 	q.mu.Lock()
 	c.wrote.CompareAndSwap(c.t.ID, 0) // publishing: its leases are its own to end
@@ -834,6 +881,7 @@ func (c *consumer) PostCommit() {
 	c.persisted = false
 	c.releaseAll(false)
 	c.t = nil
+	c.open.Store(0)
 }
 
 // Rollback restores the committed states it overwrote (general path) and
@@ -850,6 +898,11 @@ func (c *consumer) PostCommit() {
 // such a version's pointer while it is stored: the prune bound would pass it
 // and the version count as committed after a restart (prune.go).
 func (c *consumer) Rollback() error {
+	for n := c.refused.Load(); n > 0; n = c.refused.Load() {
+		if c.refused.CompareAndSwap(n, n-1) {
+			return nil // the abort of a refused StartTx: not the open one's
+		}
+	}
 	ws := c.rolled[:0]
 	write := c.persisted
 	c.q.mu.Lock()
@@ -928,6 +981,7 @@ func (c *consumer) Rollback() error {
 	}
 	c.releaseAll(true)
 	c.t = nil
+	c.open.Store(0)
 	return err
 }
 

@@ -256,15 +256,17 @@ func TestReleaseWakesConsumerThatSkipped(t *testing.T) {
 }
 
 // Stage and Persist outside a transaction (a misused participant) write
-// nothing and do not panic.
+// nothing, do not panic, and fail with queue.ErrNoTx (a Context whose
+// consumer's transaction another Context ended must not commit without it:
+// TestLateFinishOfGivenUpContext).
 func TestStagePersistWithoutTx(t *testing.T) {
 	e := newEnv(t, true)
 	fifoQueue(t, e.Queues, e.Coord, 1)
 	c, _ := e.Queues.Consumer("q", "g", 0)
-	if ws, err := c.(tx.Stager).Stage(nil); err != nil || len(ws) != 0 {
+	if ws, err := c.(tx.Stager).Stage(nil); !errors.Is(err, queue.ErrNoTx) || len(ws) != 0 {
 		t.Fatalf("Stage without a transaction: %d writes, %v", len(ws), err)
 	}
-	if err := c.Persist(); err != nil {
+	if err := c.Persist(); !errors.Is(err, queue.ErrNoTx) {
 		t.Fatalf("Persist without a transaction: %v", err)
 	}
 }
