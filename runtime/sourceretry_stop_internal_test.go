@@ -4,24 +4,31 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/flowrun/flowrun/flowlet"
 )
 
-// TestRetryEndsAtStop: a source's step, a tick or a consumer's step that
-// failed and waits out its backoff when the app stops is not retried: the
-// wait ends and so does the instance, nothing of the step committed (a
-// restart redoes it). The wait returned at once and the step was retried
-// back to back, every retry failing, until the retries ran out: the source
-// stopped "after retries" (an error in its status), the tick went to the
-// dead-letter queue. (A consumer's step held already: its next attempt
-// finds the stop before it commits.)
+// TestRetryEndsAtStop: a source's step, a tick, or a consumer's step
+// (its commit or its event failed) that waits out its backoff when the app
+// stops is not retried: the wait ends and so does the instance, nothing of
+// the step committed (a restart redoes it). The wait returned at once and
+// the step was retried back to back, every retry failing, until the
+// retries ran out: the source stopped "after retries" (an error in its
+// status), the tick went to the dead-letter queue. (A consumer's step held
+// already: its next attempt finds the stop, or the event's backoff, before
+// it runs or commits.)
 func TestRetryEndsAtStop(t *testing.T) {
-	for _, who := range []string{"src", "tick", "step"} {
+	for _, who := range []string{"src", "tick", "step", "event"} {
 		t.Run(who, func(t *testing.T) {
+			sink := "t_own_ticker, tick: 1ms"
+			if who == "event" {
+				sink = "t_fail_stop"
+			}
 			a := openYAML(t, `
 app: retrystop
 flowlets:
-  src: {type: generator, retries: {max: 200, backoff: 10s, max_backoff: 10s}, config: {count: 10, batch: 10}}
-  sink: {type: t_own_ticker, tick: 1ms, retries: {max: 200, backoff: 10s, max_backoff: 10s}}
+  src: {type: generator, retries: {max: 200, backoff: 10s, max_backoff: 10s}, config: {count: 1}}
+  sink: {type: `+sink+`, retries: {max: 200, backoff: 10s, max_backoff: 10s}}
 connections:
   - {from: src, to: sink}
 `, Options{NoSync: true})
@@ -29,10 +36,18 @@ connections:
 			defer cancel()
 			attempts := 0
 			ownStepDone.Store(false)
+			failed := make(chan struct{}, 1)
+			failStop = func() {
+				attempts++
+				select {
+				case failed <- struct{}{}:
+				default:
+				}
+			}
 			a.commitFault = func(sc *stepCtx) error {
 				switch {
 				case who == "src" && sc.in.fl.Name == "src":
-				case who != "src" && sc.in.fl.Name == "sink" && ownStepDone.Swap(false) == (who == "tick"):
+				case (who == "tick" || who == "step") && sc.in.fl.Name == "sink" && ownStepDone.Swap(false) == (who == "tick"):
 				default:
 					return nil
 				}
@@ -42,6 +57,12 @@ connections:
 			}
 			done := make(chan error, 1)
 			go func() { done <- a.Run(ctx) }()
+			if who == "event" {
+				// The app stops while the sink waits out its backoff.
+				<-failed
+				pollUntil(t, "the sink's retry wait", func() bool { return a.unsettled.Load() > 0 })
+				cancel()
+			}
 			waitRunNil(t, done)
 			if attempts != 1 {
 				t.Errorf("the failed step was tried %d times, want once: not retried once the app stopped", attempts)
@@ -58,4 +79,18 @@ connections:
 			}
 		})
 	}
+}
+
+// t_fail_stop fails every event, calling failStop first.
+type failStopFlowlet struct{}
+
+var failStop func()
+
+func (failStopFlowlet) Process(flowlet.Context, flowlet.Event) error {
+	failStop()
+	return errors.New("refused (test)")
+}
+
+func init() {
+	flowlet.Register("t_fail_stop", func() flowlet.Flowlet { return failStopFlowlet{} }, flowlet.TypeInfo{Sink: true})
 }
