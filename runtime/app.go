@@ -156,7 +156,8 @@ type App struct {
 	drained    atomic.Bool
 	fatal      chan error
 	// diskStop: the run stops on a nearly full disk (watchDiskSpace), and
-	// the stop writes only what it must (diskRoomAtStop).
+	// the stop writes only what it must: no publish, a StopDrainer's last
+	// steps only with room (diskRoomAtStop).
 	diskStop atomic.Bool
 
 	// started is when Run started (nil before): Status may be called from

@@ -79,16 +79,12 @@ func checkDiskSpace(dir string, reserve int64) error {
 		ErrDiskSpace, dir, free>>20, reserve>>20)
 }
 
-// diskRoomAtStop reports whether a write the stop may do without (a last
-// step of a StopDrainer, need bytes free) is to be done: always, unless the
-// run stops on a nearly full disk and the file system has less than need
-// free (or, need 0, at all: a publish).
+// diskRoomAtStop reports whether a last step of a StopDrainer, which needs
+// up to need bytes, is to run: always, unless the run stops on a nearly
+// full disk and the file system has less than need free.
 func (a *App) diskRoomAtStop(need int64) bool {
 	if !a.diskStop.Load() {
 		return true
-	}
-	if need == 0 {
-		return false
 	}
 	free, _, err := freeBytes(a.opts.DataDir)
 	return err != nil || free >= need // a file system that cannot say is not refused

@@ -1338,8 +1338,8 @@ func (in *instance) tick(ctx context.Context) error {
 // publish after the retries stops the app: its output would silently fall
 // behind otherwise.
 func (in *instance) publish(ctx context.Context) error {
-	if !in.a.diskRoomAtStop(0) {
-		return nil // the next start publishes first (Publisher)
+	if in.a.diskStop.Load() {
+		return nil // it writes nothing it must: the next start publishes first (Publisher)
 	}
 	return in.ownStep(ctx, "publish", in.pub.Publish)
 }
