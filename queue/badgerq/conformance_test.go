@@ -56,6 +56,12 @@ func newEnv(t *testing.T, fast bool, mods ...func(*Options)) *queuetest.Env {
 
 // newEnvDurable is newEnv with durable (synced) commits and backend writes.
 func newEnvDurable(t *testing.T, fast, durable bool, mods ...func(*Options)) *queuetest.Env {
+	_, e := newBackendEnv(t, fast, durable, mods...)
+	return e
+}
+
+// newBackendEnv is newEnvDurable that also returns the backend.
+func newBackendEnv(t *testing.T, fast, durable bool, mods ...func(*Options)) (*Backend, *queuetest.Env) {
 	dir := t.TempDir()
 	db := testDBDurable(t, dir, durable)
 	var log tx.Log
@@ -86,7 +92,7 @@ func newEnvDurable(t *testing.T, fast, durable bool, mods ...func(*Options)) *qu
 		coord.Close()
 		db.Close()
 	})
-	return &queuetest.Env{Queues: queue.New(b), Coord: coord, DiskBytes: func() int64 { return dirBytes(dir) },
+	return b, &queuetest.Env{Queues: queue.New(b), Coord: coord, DiskBytes: func() int64 { return dirBytes(dir) },
 		Advance: func(d time.Duration) { moved.Add(int64(d)) }}
 }
 

@@ -340,7 +340,7 @@ const (
 // a taken-over slot alone (they check the owner), and its Persist refuses
 // to write one (checkLeasesLocked). Under q.mu.
 func leaseEndLocked(s *slot, ended bool) leaseEnd {
-	if !ended {
+	if !ended || s.ownerTx == evictingTx {
 		return leaseHeld
 	}
 	o, id := s.owner, s.ownerTx

@@ -57,6 +57,10 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 	// callback on a goroutine of its own and waits for it.
 	del := keyDeleter{b: b, q: q}
 	var txn *badger.Txn
+	// TTL: the pass holds the slots of the groups that have not read an
+	// entry it expires (mayExpire), until its deletes landed or failed.
+	ev := &consumer{b: b, q: q}
+	var gated []int // partitions where it holds slots
 	defer func() {
 		if txn != nil {
 			txn.Discard()
@@ -68,6 +72,7 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 			b.freed.Add(del.bytes)
 			q.signalSpace()
 		}
+		q.endExpiry(ev, gated)
 	}()
 	// Where each level's next pass starts, applied once every delete
 	// landed: a pass whose write failed leaves them, and the next one reads
@@ -165,6 +170,13 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 				}
 				consumed := k.wp < bound || (k.wp < posBound && !atHole(k.wp))
 				stale := ttl > 0 && now.Sub(time.UnixMilli(k.ms)) > ttl
+				if stale && !consumed && inFlight[k.wp] == 0 {
+					var took bool
+					stale, consumed, took = q.mayExpire(p, ev, &k)
+					if took && !slices.Contains(gated, p) {
+						gated = append(gated, p)
+					}
+				}
 				if held := inFlight[k.wp] > 0; held || (!consumed && !stale) {
 					kept = min(kept, k.wp)
 					low = min(low, k.wp)
@@ -200,6 +212,85 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 		m.ix.setEvictFrom(m.prio, m.from, m.pos, m.holes)
 	}
 	return low, nil
+}
+
+// evictingTx is the ownerTx of a slot an eviction pass holds (mayExpire):
+// never ended, so no consumer takes it over.
+const evictingTx = ^uint64(0)
+
+// mayExpire tells whether an eviction pass may delete entry k of partition
+// p as expired before some group read it (expire), judged by the groups'
+// committed states now (a consumer may have committed it since the pass
+// took its views: then consumed, and it goes as such). It may if no
+// consumer holds the partition for a group that has not read it: the pass,
+// standing as ev, holds those groups' slots itself (took: it took one)
+// until its deletes landed (endExpiry), so no transaction reads the entry
+// meanwhile. Before, a transaction that had read it delivered it (or
+// counted it expired itself) and committed after the pass counted it in
+// QueueInfo.Expired: counted twice (TestTTLEvictionRacingDeliveryCountsOnce).
+// Groups that read it already are not held: a consumer of theirs never
+// reads it again, and a partition a busy group's consumers always hold
+// still expires what a group without consumers leaves.
+func (q *queueRT) mayExpire(p int, ev *consumer, k *entryKey) (expire, consumed, took bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.deleted {
+		return false, false, false
+	}
+	consumed = true
+	for _, g := range q.groups {
+		s := g.slots[p]
+		if st := s.evictView(); st != nil && readEntry(st.find(k.prio), k) {
+			continue
+		}
+		consumed = false
+		switch s.owner {
+		case ev:
+		case nil:
+			s.owner, s.ownerTx, took = ev, evictingTx, true
+		default:
+			return false, false, took // a consumer may be reading it
+		}
+	}
+	return !consumed, consumed, took
+}
+
+// readEntry reports whether a group with level state l has read (or
+// skipped) every event of entry k: its position is at or past the entry's
+// end, and no hole of its pointer starts before that end. To the chunk,
+// not just the pointer as the pass's bounds go: a group whose read stopped
+// right after the entry (a Dequeue full) has its position at the entry's
+// pointer, and the entry counted expired too.
+func readEntry(l *levelState, k *entryKey) bool {
+	if l == nil {
+		return false
+	}
+	end := position{wp: k.wp, chunk: k.chunk + 1}
+	if l.pos.less(end) {
+		return false
+	}
+	return !slices.ContainsFunc(l.holes, func(h position) bool { return h.wp == k.wp && h.less(end) })
+}
+
+// endExpiry gives back the slots mayExpire took for ev in partitions
+// parts, waking the consumers that skipped one where something is left.
+func (q *queueRT) endExpiry(ev *consumer, parts []int) {
+	if len(parts) == 0 {
+		return
+	}
+	wake := false
+	q.mu.Lock()
+	for _, p := range parts {
+		for _, g := range q.groups {
+			if ev.releaseLocked(p, g.slots[p]) {
+				wake = true
+			}
+		}
+	}
+	q.mu.Unlock()
+	if wake {
+		q.notify()
+	}
 }
 
 type evictMove struct {

@@ -19,8 +19,13 @@ import (
 // fifoQueue creates queue q (one partition) with FIFO group g of instances
 // instances, and returns a function that commits an event of each payload.
 func fifoQueue(t *testing.T, qs *queue.Queues, coord *tx.Coordinator, instances int) (enqueue func(payloads ...string)) {
+	return fifoQueueConfig(t, qs, coord, queue.Config{Partitions: 1}, instances)
+}
+
+// fifoQueueConfig is fifoQueue with queue configuration cfg.
+func fifoQueueConfig(t *testing.T, qs *queue.Queues, coord *tx.Coordinator, cfg queue.Config, instances int) (enqueue func(payloads ...string)) {
 	must := mustT(t)
-	must(qs.CreateQueue("q", queue.Config{Partitions: 1}))
+	must(qs.CreateQueue("q", cfg))
 	must(qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: instances}))
 	p, _ := qs.Producer("q")
 	return func(payloads ...string) {

@@ -1,0 +1,99 @@
+package badgerq
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/queue"
+	"github.com/flowrun/flowrun/queue/queuetest"
+)
+
+// A TTL eviction pass runs while a consumer's transaction holds the
+// partition, reading entries that expire meanwhile by the pass's clock:
+// eviction deleted them as expired before the group read them
+// (QueueInfo.Expired) while the consumer delivered them ("delivered": the
+// group's Consumed) or skipped them as expired itself ("skipped": the
+// group's Expired), and its commit counted them again. Each event must be
+// counted once: the pass leaves unconsumed entries of a partition a
+// consumer holds to a later pass. "read_to_max": no race; the group read
+// an entry to its end, stopping there (a full Dequeue), and committed;
+// its position stays at the entry's pointer, which the pass took for
+// unread: counted expired too.
+func TestTTLEvictionRacingDeliveryCountsOnce(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		for _, mode := range []string{"delivered", "skipped", "read_to_max"} {
+			t.Run(fmt.Sprintf("fast=%v/%s", fast, mode), func(t *testing.T) {
+				b, e := newBackendEnv(t, fast, false, func(o *Options) { o.EvictInterval = -1 })
+				must := mustT(t)
+				enqueue := fifoQueueConfig(t, e.Queues, e.Coord, queue.Config{Partitions: 1, TTL: time.Hour}, 1)
+				enqueue("a", "b", "c")
+				enqueue("d") // the Dequeue of 3 stops at it
+				c, _ := e.Queues.Consumer("q", "g", 0)
+				ctx := e.Coord.NewContext(c)
+				_, err := ctx.Start(time.Minute)
+				must(err)
+				if mode == "skipped" {
+					e.Advance(2 * time.Hour)
+				}
+				got, err := c.Dequeue(3)
+				must(err)
+				if mode == "read_to_max" {
+					must(ctx.Finish())
+				}
+				if mode != "skipped" {
+					e.Advance(2 * time.Hour)
+				}
+				must(b.evict()) // while the consumer holds the partition (but read_to_max)
+				if mode != "read_to_max" {
+					must(ctx.Finish())
+				}
+				must(b.evict())
+				info, err := e.Queues.Info("q")
+				must(err)
+				g := info.Groups[0]
+				if info.Events != 0 || g.Consumed != int64(len(got)) || g.Consumed+g.Expired+info.Expired != 4 {
+					t.Fatalf("4 events, %d delivered: depth %d, consumed %d, expired %d by the group and %d by eviction; want 0, %d, and 4 counted once in all",
+						len(got), info.Events, g.Consumed, g.Expired, info.Expired, len(got))
+				}
+			})
+		}
+	}
+}
+
+// The pass holds only the slots of the groups that have not read what it
+// expires: a group whose consumers always hold the partition (here one
+// whose open transaction read d) does not keep it from expiring what
+// another group, without consumers, left (a, b, c, which the busy group
+// read already); d, which the busy transaction may deliver, waits for it.
+func TestTTLEvictionPastBusyGroup(t *testing.T) {
+	b, e := newBackendEnv(t, true, false, func(o *Options) { o.EvictInterval = -1 })
+	must := mustT(t)
+	enqueue := fifoQueueConfig(t, e.Queues, e.Coord, queue.Config{Partitions: 1, TTL: time.Hour}, 1)
+	enqueue("a", "b", "c")
+	enqueue("d")
+	must(e.Queues.AddGroup("q", queue.Group{Name: "idle", Strategy: queue.FIFO, Instances: 1}))
+	busy, _ := e.Queues.Consumer("q", "g", 0)
+	var got []queue.Entry
+	must(queuetest.Step(e.Coord, func() (err error) { got, err = busy.Dequeue(3); return err }, busy))
+	expectPayloadsOnce(t, got, "a", "b", "c")
+	ctx := e.Coord.NewContext(busy)
+	_, err := ctx.Start(time.Minute)
+	must(err)
+	got, err = busy.Dequeue(10)
+	must(err)
+	expectPayloadsOnce(t, got, "d")
+	e.Advance(2 * time.Hour)
+	expectDepthExpired := func(events, expired int64) {
+		t.Helper()
+		must(b.evict())
+		info, err := e.Queues.Info("q")
+		must(err)
+		if info.Events != events || info.Expired != expired {
+			t.Fatalf("depth %d, expired %d; want %d and %d", info.Events, info.Expired, events, expired)
+		}
+	}
+	expectDepthExpired(1, 3)
+	must(ctx.Finish())
+	expectDepthExpired(0, 4)
+}
