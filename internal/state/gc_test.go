@@ -1,10 +1,13 @@
 package state
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -26,6 +29,55 @@ func (st *step) dump(keys int) string {
 	return out
 }
 
+// dump renders everything a new step sees, on a Store of its own.
+func (e *env) dump(t testing.TB, keys int) string {
+	t.Helper()
+	st := e.begin(t, e.store(t))
+	defer st.abort()
+	return st.dump(keys)
+}
+
+// randomStep runs a step on s of random writes (randomWrites) and commits
+// it; about one step in ten aborts, and one in twenty is invalidated with
+// its writes left behind (a failed rollback): invisible, and GC removes
+// them.
+func randomStep(t *testing.T, e *env, s *Store, rng *rand.Rand, keys int, value string) {
+	t.Helper()
+	st := e.begin(t, s)
+	st.randomWrites(rng, keys, value)
+	switch {
+	case rng.IntN(10) == 0:
+		st.abort()
+	case rng.IntN(20) == 0:
+		if err := s.Persist(); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.coord.Invalidate(st.ctx.Tx()); err != nil {
+			t.Fatal(err)
+		}
+		s.PostCommit()
+	default:
+		st.commit()
+	}
+}
+
+// randomWrites makes one to four writes to keys k0, k1, … (keys of them):
+// deletes and puts of value in table t, adds to counters c.
+func (st *step) randomWrites(rng *rand.Rand, keys int, value string) {
+	st.t.Helper()
+	for range 1 + rng.IntN(4) {
+		k := fmt.Sprint("k", rng.IntN(keys))
+		switch rng.IntN(4) {
+		case 0:
+			st.del("t", k)
+		case 1:
+			st.put("t", k, value)
+		default:
+			st.add("c", k, int64(rng.IntN(7)-2))
+		}
+	}
+}
+
 func TestGCKeepsResults(t *testing.T) {
 	bothPaths(t, func(t *testing.T, e *env) {
 		const keys = 12
@@ -39,40 +91,9 @@ func TestGCKeepsResults(t *testing.T) {
 				reader = e.begin(t, e.store(t))
 				readerView = reader.dump(keys)
 			}
-			st := e.begin(t, s)
-			for range 1 + rng.IntN(4) {
-				k := fmt.Sprint("k", rng.IntN(keys))
-				switch rng.IntN(4) {
-				case 0:
-					st.del("t", k)
-				case 1:
-					st.put("t", k, fmt.Sprint(i))
-				default:
-					st.add("c", k, int64(rng.IntN(7)-2))
-				}
-			}
-			switch {
-			case rng.IntN(10) == 0:
-				st.abort()
-			case rng.IntN(20) == 0:
-				// An invalidated transaction whose writes stayed behind
-				// (a failed rollback): invisible, and GC removes them.
-				if err := s.Persist(); err != nil {
-					t.Fatal(err)
-				}
-				if err := e.coord.Invalidate(st.ctx.Tx()); err != nil {
-					t.Fatal(err)
-				}
-				s.PostCommit()
-			default:
-				st.commit()
-			}
+			randomStep(t, e, s, rng, keys, fmt.Sprint(i))
 		}
-		view := func() string {
-			st := e.begin(t, e.store(t))
-			defer st.abort()
-			return st.dump(keys)
-		}
+		view := func() string { return e.dump(t, keys) }
 		before := view()
 		keysBefore := countKeys(t, e.db)
 
@@ -125,6 +146,11 @@ func TestGCKeepsResults(t *testing.T) {
 
 // TestGCChunkedFold folds more deltas than one of its Badger transactions
 // deletes.
+//
+// Each of its transactions holds at most gcOpsPerTxn operations (Badger
+// refuses a transaction over its limits, which the bytes of small keys do
+// not reach first), and a table key of exactly gcOpsPerTxn versions, the
+// newest a delete, goes whole.
 func TestGCChunkedFold(t *testing.T) {
 	e := newEnv(t, true)
 	s := e.store(t)
@@ -132,17 +158,34 @@ func TestGCChunkedFold(t *testing.T) {
 	for i := range n {
 		st := e.begin(t, s)
 		st.add("c", "hot", int64(i))
+		switch {
+		case i < gcOpsPerTxn-1:
+			st.put("t", "hot", fmt.Sprint(i))
+		case i == gcOpsPerTxn-1:
+			st.del("t", "hot")
+		}
 		st.commit()
 	}
 	want := int64(n * (n - 1) / 2)
 	wm := NewWatermark(e.coord)
-	stats, err := s.GC(wm.Advance(), nil)
+	g := newGCBatch(e.db)
+	commits := 0
+	g.beforeCommit = func() error {
+		if commits++; g.ops > gcOpsPerTxn {
+			return fmt.Errorf("a transaction of %d operations, want at most %d", g.ops, gcOpsPerTxn)
+		}
+		return nil
+	}
+	stats, err := s.gc(g, wm.Advance(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if ops := n + gcOpsPerTxn; commits < ops/gcOpsPerTxn+1 {
+		t.Fatalf("%d operations in %d transactions, want at most %d each", ops, commits, gcOpsPerTxn)
+	}
 	st := e.begin(t, s)
-	if got := st.count("c", "hot"); got != want {
-		t.Fatalf("hot = %d, want %d (%+v)", got, want, stats)
+	if got, v := st.count("c", "hot"), st.get("t", "hot"); got != want || v != "<none>" {
+		t.Fatalf("hot = %d %s, want %d <none> (%+v)", got, v, want, stats)
 	}
 	st.abort()
 	if k := countKeys(t, e.db); k != 1 {
@@ -372,6 +415,118 @@ func TestGCCutBetweenCommits(t *testing.T) {
 	}
 }
 
+// TestGCInterleavedCutPasses: GC passes cut before any of their commits,
+// with another pass (at an older bound, cut too) run in the middle of one:
+// two passes interleaved, one writing from a snapshot the other has
+// changed since, and a step in progress during it (its versions stored, on
+// the persist path) commits in the middle of one. Steps and passes at
+// newer bounds follow, on keys whose versions span many of the passes'
+// small transactions. Before every
+// commit of a pass and after it, a step reads what it read before the
+// pass; so do transactions that started before passes and read only after
+// them. It fails when a fold sums past the newest base (the next pass
+// after a cut one counts the deltas the base covers twice), when a base
+// lands after the deletions it covers, when a table's newest delete goes
+// before the versions it shadows, or when an invalid delta is summed.
+func TestGCInterleavedCutPasses(t *testing.T) {
+	errCut := errors.New("cut")
+	const keys = 4
+	for seed := range uint64(12) {
+		e := newEnv(t, seed%2 == 0)
+		s := e.store(t)
+		rng := rand.New(rand.NewPCG(seed, 3))
+		// pass runs a pass, cut before its commit number cut (never if
+		// 0), in transactions of about 3 to 20 versions; each runs
+		// before each of its commits.
+		pass := func(bound uint64, cut int, each func()) {
+			t.Helper()
+			g := newGCBatch(e.db)
+			g.maxBytes = 200 + rng.IntN(1300)
+			commits := 0
+			g.beforeCommit = func() error {
+				if each != nil {
+					each()
+				}
+				if commits++; commits == cut {
+					return errCut
+				}
+				return nil
+			}
+			if _, err := s.gc(g, bound, e.coord.InvalidList()); err != nil && !errors.Is(err, errCut) {
+				t.Fatal(err)
+			}
+		}
+		type reader struct {
+			st   *step
+			want string
+		}
+		var readers []reader
+		read := func(r reader, when string) {
+			t.Helper()
+			if got := r.st.dump(keys); got != r.want {
+				t.Fatalf("seed %d, %s: a transaction older than passes read\n%s\nwant\n%s", seed, when, got, r.want)
+			}
+			r.st.abort()
+		}
+		wm := NewWatermark(e.coord)
+		var bounds []uint64 // each stays safe
+		for round := range 25 {
+			for range rng.IntN(20) {
+				randomStep(t, e, s, rng, keys, fmt.Sprint(round))
+			}
+			if rng.IntN(3) == 0 {
+				readers = append(readers, reader{e.begin(t, e.store(t)), e.dump(t, keys)})
+			}
+			var writer *step // in progress during the pass
+			if rng.IntN(3) == 0 {
+				writer = e.begin(t, e.store(t))
+				writer.randomWrites(rng, keys, fmt.Sprint("w", round))
+				if !e.fast { // its versions in the store, uncommitted
+					if err := writer.s.Persist(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			want := e.dump(t, keys)
+			bounds = append(bounds, wm.Advance())
+			bound := bounds[len(bounds)-1]
+			if rng.IntN(4) == 0 {
+				bound = bounds[rng.IntN(len(bounds))]
+			}
+			nest, commits := 1+rng.IntN(12), 0
+			check := func() {
+				t.Helper()
+				if got := e.dump(t, keys); got != want {
+					t.Fatalf("seed %d, round %d, after %d commits of a pass at %d: read\n%s\nwant\n%s", seed, round, commits, bound, got, want)
+				}
+			}
+			commitWriter := func() {
+				if writer != nil {
+					writer.commit()
+					writer, want = nil, e.dump(t, keys)
+				}
+			}
+			pass(bound, rng.IntN(15), func() {
+				check()
+				if commits++; commits == nest {
+					pass(bounds[rng.IntN(len(bounds))], rng.IntN(10), check)
+					commitWriter() // between two commits of the pass
+				}
+			})
+			check()
+			commitWriter()
+			if len(readers) > 0 && rng.IntN(2) == 0 {
+				read(readers[0], fmt.Sprint("round ", round))
+				readers = readers[1:]
+			}
+		}
+		for _, r := range readers {
+			read(r, "at the end")
+		}
+		e.close()
+	}
+}
+
 // settledVersions stores n committed versions of key: in counter table c
 // the deltas 1, 2, …, n, in table t the values "1", "2", …, "n". They are
 // written straight to Badger under the write pointers of n empty steps: a
@@ -486,13 +641,20 @@ func stored(t *testing.T, db *badger.DB, sub string) string {
 	return b.String()
 }
 
-// TestGCDamaged: a stored value that does not decode (a counter's, or the
-// newest of a table key's) is left as it is, and every GC pass goes on past
-// it with the other keys and reports it; reads of it fail with an error
-// naming it. The first pass failed at a damaged counter and collected
-// nothing after it, for good, and reads failed with "malformed counter
-// value", naming nothing; a damaged table value read as no value.
+// TestGCDamaged: a stored value that does not decode (a counter's, the
+// newest, a middle or the oldest of its versions, or the newest of a table
+// key's) is left as it is, and every GC pass goes on past it with the other
+// keys and reports it; reads of it fail with an error naming it. An empty
+// value is what Badger hands out, without an error, for a value that fails
+// its checksum (TestDamagedValueLog). The first pass failed at a damaged
+// counter and collected nothing after it, for good, and reads failed with
+// "malformed counter value", naming nothing; a damaged table value read
+// as no value.
 func TestGCDamaged(t *testing.T) {
+	getC := func(s *Store) error { _, err := s.Counters("c").Get([]byte("hot")); return err }
+	scanC := func(s *Store) flowlet.Iterator { return counterScan{s.Counters("c").Scan(flowlet.ScanOptions{})} }
+	getT := func(s *Store) error { _, _, err := s.Table("t").Get([]byte("hot")); return err }
+	scanT := func(s *Store) flowlet.Iterator { return s.Table("t").Scan(flowlet.ScanOptions{}) }
 	for _, c := range []struct {
 		kind, name string
 		nth        int    // which version of key "hot", newest first
@@ -500,14 +662,15 @@ func TestGCDamaged(t *testing.T) {
 		get        func(s *Store) error
 		scan       func(s *Store) flowlet.Iterator
 	}{
-		{"counters", "c", 1, "junk",
-			func(s *Store) error { _, err := s.Counters("c").Get([]byte("hot")); return err },
-			func(s *Store) flowlet.Iterator { return counterScan{s.Counters("c").Scan(flowlet.ScanOptions{})} }},
-		{"table", "t", 0, "\x07x",
-			func(s *Store) error { _, _, err := s.Table("t").Get([]byte("hot")); return err },
-			func(s *Store) flowlet.Iterator { return s.Table("t").Scan(flowlet.ScanOptions{}) }},
+		{"counters", "c", 1, "junk", getC, scanC},
+		{"counters", "c", 0, "", getC, scanC},
+		{"counters", "c", 2, "b\x01", getC, scanC},
+		{"table", "t", 0, "\x07x", getT, scanT},
+		{"table", "t", 0, "", getT, scanT},
 	} {
-		t.Run(c.kind, func(t *testing.T) { testGCDamaged(t, c.kind, c.name, c.nth, c.junk, c.get, c.scan) })
+		t.Run(fmt.Sprintf("%s/%d/%q", c.kind, c.nth, c.junk), func(t *testing.T) {
+			testGCDamaged(t, c.kind, c.name, c.nth, c.junk, c.get, c.scan)
+		})
 	}
 }
 
@@ -614,5 +777,80 @@ func TestGCClosedDBMidPass(t *testing.T) {
 	}
 	if _, err := s.gc(g, NewWatermark(e.coord).Advance(), nil); !errors.Is(err, badger.ErrDBClosed) {
 		t.Fatalf("GC: %v, want ErrDBClosed", err)
+	}
+}
+
+// TestDamagedValueLog: with the value log options the runtime opens its
+// store with (values over 1 KiB in Badger's value log, checked against
+// their checksum as they are read), a table value damaged on disk reads as
+// a DamagedError naming it, and GC keeps that key's versions, collects the
+// other keys and reports it. Badger hands such a value out as empty,
+// without an error (it only logs one), and empty is no table value: read
+// as a delete, the key would be silently gone.
+func TestDamagedValueLog(t *testing.T) {
+	e := &env{dir: t.TempDir(), fast: true, badgerOpts: func(o badger.Options) badger.Options {
+		return o.WithValueThreshold(1 << 10).WithVerifyValueChecksum(true)
+	}}
+	e.open(t)
+	t.Cleanup(func() { e.close() })
+	value := func(k string, i int) string { return fmt.Sprint(i, strings.Repeat(k, 2000)) }
+	s := e.store(t)
+	var wp uint64 // of hot's newest version
+	for i := range 3 {
+		st := e.begin(t, s)
+		for _, k := range []string{"a", "hot", "z"} {
+			st.put("t", k, value(k, i))
+		}
+		wp = st.ctx.Tx().WritePointer
+		st.commit()
+	}
+	// Damage in the newest value log file would cut it there when Badger
+	// opens it, silently, and every value after the damage, of any key,
+	// would read as empty (damaged too). A reopen starts a new one.
+	e.reopen(t)
+	if err := e.close(); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := filepath.Glob(filepath.Join(e.dir, "*.vlog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := 0
+	for _, name := range logs {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := bytes.Index(b, []byte(value("hot", 2))); i >= 0 {
+			b[i+100] ^= 0xFF
+			damaged++
+			if err := os.WriteFile(name, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if damaged != 1 {
+		t.Fatalf("hot's newest value found %d times in the value logs %v, want once", damaged, logs)
+	}
+	e.open(t)
+	s = e.store(t)
+	damagedHot := func(what string, err error) {
+		t.Helper()
+		var de *DamagedError
+		if !errors.As(err, &de) || de.Kind != "table" || de.Name != "t" || string(de.Key) != "hot" || de.Version != wp {
+			t.Fatalf("%s: %v, want a DamagedError of table t key hot version %d", what, err, wp)
+		}
+	}
+	st := e.begin(t, s)
+	_, _, err = s.Table("t").Get([]byte("hot"))
+	damagedHot("Get", err)
+	st.abort()
+	stats, err := s.GC(NewWatermark(e.coord).Advance(), nil)
+	damagedHot("GC", err)
+	if stats.Damaged != 1 {
+		t.Fatalf("GC: %+v, want 1 damaged", stats)
+	}
+	if k := countKeys(t, e.db); k != 1+3+1 {
+		t.Fatalf("%d versions left, want a's and z's newest and hot's 3:\n%s", k, stored(t, e.db, ""))
 	}
 }

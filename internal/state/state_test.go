@@ -25,6 +25,8 @@ type env struct {
 	valueLogFile int64
 	// memTable, when set, is Badger's memtable size (8 MiB otherwise).
 	memTable int64
+	// badgerOpts, when set, changes Badger's options.
+	badgerOpts func(badger.Options) badger.Options
 }
 
 // newEnv opens a Badger DB and a coordinator. fast: the coordinator logs to a
@@ -44,6 +46,9 @@ func (e *env) open(t testing.TB) {
 		WithMemTableSize(cmp.Or(e.memTable, 8<<20)).WithNumMemtables(2).WithBlockCacheSize(4 << 20)
 	if e.valueLogFile > 0 {
 		o = o.WithValueLogFileSize(e.valueLogFile)
+	}
+	if e.badgerOpts != nil {
+		o = e.badgerOpts(o)
 	}
 	db, err := badger.Open(o)
 	if err != nil {
