@@ -62,6 +62,14 @@ type Options struct {
 	WritebackInterval time.Duration
 	// Now is the clock (default time.Now), for TTL tests.
 	Now func() time.Time
+	// PostCommitWait: a consumer transaction that committed and whose
+	// PostCommit has not published its state (its Context died after the
+	// commit, or is slow to get there) keeps its partitions this long from
+	// when another consumer first found them so; then that one takes them
+	// over with the committed state the store holds (default 1s). Until
+	// then it waits, so that a slow PostCommit still comes before the next
+	// transaction's on the same partition.
+	PostCommitWait time.Duration
 }
 
 func (o *Options) withDefaults() {
@@ -88,6 +96,9 @@ func (o *Options) withDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.PostCommitWait <= 0 {
+		o.PostCommitWait = time.Second
 	}
 }
 
@@ -266,6 +277,10 @@ type slot struct {
 	resolved  bool
 	versions  []stateVersion // as loaded, until resolved
 	committed stateVersion
+	// unpublished is when a consumer first found that owner's transaction
+	// committed with its PostCommit not run (zero: not found so); the
+	// lease is taken over Options.PostCommitWait later (adoptLocked).
+	unpublished time.Time
 	// hold is the smallest write pointer of a state version that may be
 	// stored for this slot without being committed (a consumer that
 	// persisted and died, seen when the slot was resolved, or whose
@@ -971,6 +986,7 @@ func (b *Backend) wakeLeaseWaiters() {
 			inProgress, fetched = coord.InProgress(), true
 		}
 		ended, held := false, false
+		now := b.opts.Now()
 		q.mu.Lock()
 		for _, g := range q.groups {
 			for _, s := range g.slots {
@@ -978,9 +994,17 @@ func (b *Backend) wakeLeaseWaiters() {
 					continue // nobody waits for it
 				}
 				_, running := slices.BinarySearch(inProgress, s.ownerTx)
-				if leaseEndLocked(s, !running) != leaseHeld {
+				switch leaseEndLocked(s, !running) {
+				case leaseEnded:
 					ended = true
-				} else {
+				case leaseEndedWrote:
+					// The skipper found it committed, unpublished.
+					if s.unpublished.IsZero() || now.Sub(s.unpublished) >= b.opts.PostCommitWait {
+						ended = true
+					} else {
+						held = true
+					}
+				default:
 					held = true
 				}
 			}

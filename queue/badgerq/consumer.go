@@ -193,7 +193,7 @@ func (c *consumer) endUnfinished(t *tx.Tx) error {
 		if s.owner != c || err != nil {
 			continue
 		}
-		if err = c.adoptLocked(p, s, t); err == nil && s.skipped {
+		if _, err = c.adoptLocked(p, s, t, false); err == nil && s.skipped {
 			// Released here: a consumer that skipped it may wait.
 			s.skipped = false
 			wake = wake || c.q.index[p].mayHaveWork(&s.committed.st, nil)
@@ -298,8 +298,14 @@ func (c *consumer) leaseLocked(p int) (*work, error) {
 			c.q.leaseWait.Store(true)
 			return nil, nil
 		case leaseEndedWrote:
-			if err := c.adoptLocked(p, s, c.t); err != nil {
+			taken, err := c.adoptLocked(p, s, c.t, true)
+			if err != nil {
 				return nil, err
+			}
+			if !taken { // committed: its PostCommit may still come
+				s.skipped = true
+				c.q.leaseWait.Store(true)
+				return nil, nil
 			}
 		}
 	}
@@ -307,7 +313,7 @@ func (c *consumer) leaseLocked(p int) (*work, error) {
 	if !c.q.index[p].mayHaveWork(&s.committed.st, c.t) {
 		return nil, nil
 	}
-	s.owner, s.ownerTx = c, c.t.ID
+	s.owner, s.ownerTx, s.unpublished = c, c.t.ID, time.Time{}
 	w := &work{slot: s, prev: s.committed, st: s.committed.st.clone()}
 	c.work[p] = w
 	return w, nil
@@ -353,20 +359,27 @@ func leaseEndLocked(s *slot, ended bool) leaseEnd {
 	return leaseHeld
 }
 
-// adoptLocked gives slot s of partition p the committed state the store
-// holds for it, as t sees it, and ends its owner's lease, whose transaction
-// ended after it wrote (leaseEndedWrote). The newest stored version t sees
-// is the slot's: if its pointer is not the one in memory's, it is that
-// transaction's commit, which its PostCommit did not publish (every other
-// commit of the slot was published before its lease ended; pointers do not
-// tell which is newer: a transaction that started first may lease the slot
-// after another one committed it, OlderSnapshotConsumer). At the same
-// pointer the one in memory is kept: it may have moved on from the stored
-// one (an aborted empty step's moves). A version t does not see (persisted
-// by a transaction ended without committing) stays stored until the slot
-// is written again: the slot holds pruning at it. Under q.mu; reads one
-// key.
-func (c *consumer) adoptLocked(p int, s *slot, t *tx.Tx) error {
+// adoptLocked takes over the lease of slot s of partition p, whose
+// transaction ended after it wrote (leaseEndedWrote), for t, with the
+// committed state the store holds; it reports false if it must wait.
+//
+// The newest stored version t sees is the slot's. At the pointer of the
+// one in memory, the owner did not commit (timed out after its writes): the
+// one in memory is kept (it may have moved on from the stored one: an
+// aborted empty step's moves) and the lease is taken over at once. At
+// another pointer, it is the owner's commit, which its PostCommit has not
+// published (every other commit of the slot was published before its lease
+// ended; pointers do not tell which is newer: a transaction that started
+// first may lease the slot after another one committed it,
+// TestAdoptCommitOfOlderPointer). A patient taker then waits
+// Options.PostCommitWait from when one first found it so, for a
+// PostCommit merely slow to come (taken over in between, a later
+// transaction's PostCommit on the partition came before it); a consumer
+// given its own lost transaction's place does not (endUnfinished). A
+// version t does not see (persisted by a transaction ended without
+// committing) stays stored until the slot is written again: the slot holds
+// pruning at it. Under q.mu; reads one key.
+func (c *consumer) adoptLocked(p int, s *slot, t *tx.Tx, patient bool) (bool, error) {
 	var vs []stateVersion
 	err := c.b.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(stateKey(c.q.id, c.g.meta.ID, uint16(p)))
@@ -382,21 +395,33 @@ func (c *consumer) adoptLocked(p int, s *slot, t *tx.Tx) error {
 		})
 	})
 	if err != nil {
-		return fmt.Errorf("badgerq: consumer of %s/%s: state of partition %d, whose transaction %d ended after it wrote: %w",
+		return false, fmt.Errorf("badgerq: consumer of %s/%s: state of partition %d, whose transaction %d ended after it wrote: %w",
 			c.q.name, c.g.meta.Name, p, s.ownerTx, err)
 	}
 	s.resolve(t)
-	for _, v := range vs {
+	seen := len(vs) // the newest version t sees
+	for i, v := range vs {
 		if v.wp == 0 || t.Visible(v.wp) {
-			if v.wp != s.committed.wp {
-				s.committed = v
-			}
+			seen = i
 			break
 		}
+	}
+	if seen < len(vs) && vs[seen].wp != s.committed.wp {
+		if patient {
+			if s.unpublished.IsZero() {
+				s.unpublished = c.now
+			}
+			if c.now.Sub(s.unpublished) < c.b.opts.PostCommitWait {
+				return false, nil
+			}
+		}
+		s.committed = vs[seen]
+	}
+	for _, v := range vs[:seen] {
 		s.holdAt(v.wp)
 	}
-	s.owner = nil
-	return nil
+	s.owner, s.unpublished = nil, time.Time{}
+	return true, nil
 }
 
 // Dequeue implements queue.ConsumerDriver. The entries are gathered in a
@@ -1023,7 +1048,7 @@ func (c *consumer) releaseLocked(p int, s *slot) (wake bool) {
 	if s.owner != c {
 		return false
 	}
-	s.owner = nil
+	s.owner, s.unpublished = nil, time.Time{}
 	if s.skipped {
 		s.skipped = false
 		// Any hole counts: c's snapshot may not see a producer the

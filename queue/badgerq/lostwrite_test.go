@@ -44,8 +44,9 @@ func TestAdoptCommitOfOlderPointer(t *testing.T) {
 				t.Fatalf("the older transaction got %v (%v), want b", got, err)
 			}
 			must(olderCtx.Finish())
-			taker, _ := e.Queues.Consumer("q", "g", 0)
-			must(queuetest.Step(e.Coord, func() (err error) { got, err = taker.Dequeue(10); return err }, taker))
+			// Used again, the consumer takes its lost transaction's place
+			// at once (another taker waits PostCommitWait first).
+			must(queuetest.Step(e.Coord, func() (err error) { got, err = older.Dequeue(10); return err }, older))
 			if len(got) != 0 {
 				t.Fatalf("the taker got %d entries the older transaction committed", len(got))
 			}
