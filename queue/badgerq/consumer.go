@@ -175,10 +175,10 @@ func (c *consumer) takeUnfinished(t *tx.Tx) error {
 // endUnfinished is for a consumer handed t while its previous transaction,
 // ended in t's snapshot, never ended here (no PostCommit, no Rollback:
 // given up, its goroutine lost, its Context gone after the commit). One
-// that staged or persisted may have committed: the partitions it holds take their
-// committed state from the store (adoptLocked), else the consumer's next
-// transaction read from the state before that commit and delivered its
-// entries again (conformance PostCommitNeverRun/*/same_consumer).
+// that staged or persisted may have committed: the partitions it holds
+// take their committed state from the store at once (adoptLocked), else
+// the consumer's next transaction read from the state before that commit
+// and delivered its entries again (PostCommitNeverRun/*/same_consumer).
 func (c *consumer) endUnfinished(t *tx.Tx) error {
 	prev := c.t
 	if c.wrote.Load() != prev.ID {
@@ -873,12 +873,18 @@ func (c *consumer) checkLeasesLocked() error {
 }
 
 func (c *consumer) PostCommit() {
-	if c.t == nil {
-		return // no transaction (a misused participant): nothing to publish
+	// Only after this transaction's Stage or Persist (which set wrote):
+	// else it is no commit of the consumer's transaction — a call of a
+	// Context given up, whose consumer went on in a new transaction (it
+	// published that one's reads as committed, and if it then aborted they
+	// never came again: TestLatePostCommitOfGivenUpContext), or a misused
+	// participant.
+	if c.t == nil || c.wrote.Load() != c.t.ID {
+		return
 	}
 	q := c.q
 	q.mu.Lock()
-	c.wrote.CompareAndSwap(c.t.ID, 0) // publishing: its leases are its own to end
+	c.wrote.Store(0) // publishing: its leases are its own to end
 	wrote := false
 	for _, w := range c.work {
 		// A slot taken over (its PostCommit came late) took this

@@ -111,3 +111,30 @@ func expectPayloadsOnce(t *testing.T, es []queue.Entry, want ...string) {
 		}
 	}
 }
+
+// The PostCommit of a Context given up after its commit (it never came)
+// comes late, after the consumer went on in a new Context that read the
+// rest and then aborts: it published the new transaction's reads as
+// committed, and they never came again. A PostCommit is the consumer's
+// transaction's only after its Stage or Persist.
+func TestLatePostCommitOfGivenUpContext(t *testing.T) {
+	withStartedConsumer(t, func(t *testing.T, e *queuetest.Env, c queue.Consumer, ctx *tx.Context, _ *tx.Tx) {
+		must := mustT(t)
+		must(ctx.Abort(nil)) // not this one: a Context whose PostCommit never reaches c
+		givenUp := e.Coord.NewContext(queuetest.WithoutPostCommit(c))
+		_, err := givenUp.Start(time.Minute)
+		must(err)
+		got, err := c.Dequeue(1)
+		must(err)
+		must(givenUp.Finish())
+		next := e.Coord.NewContext(c)
+		_, err = next.Start(time.Minute)
+		must(err)
+		if rest, err := c.Dequeue(10); err != nil || len(rest) != 2 {
+			t.Fatalf("the new transaction got %d entries (%v), want 2", len(rest), err)
+		}
+		c.PostCommit() // the given-up Context's, late
+		must(next.Abort(nil))
+		expectPayloadsOnce(t, append(got, drainConsumer(t, e, c)...), "a", "b", "c")
+	})
+}
