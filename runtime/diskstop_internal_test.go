@@ -14,15 +14,19 @@ import (
 // and no sink publishes (what it would write stays in the store, and the
 // next start publishes it first). Both ran whatever the free space: the
 // stop wrote the read-ahead and the publishes into the last blocks of the
-// disk, where Badger's memory-mapped writes crash the process.
+// disk, where Badger's memory-mapped writes crash the process. The room
+// is checked before each last step: a step that leaves less (filled) is
+// the last one.
 func TestDiskStopWritesOnlyWhatItMust(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		free  int64 // at the stop, under the 128 MiB reserve
+		fill  bool  // the first commit after the stop leaves 1 MiB free
 		lines uint64
 	}{
-		{"room", 100 << 20, 100},    // every line the source read commits
-		{"nearly_full", 1 << 20, 5}, // only those committed before the stop
+		{"room", 100 << 20, false, 100},    // every line the source read commits
+		{"nearly_full", 1 << 20, false, 5}, // only those committed before the stop
+		{"filled", 100 << 20, true, 10},    // and those of the first last step
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var free atomic.Int64
@@ -54,7 +58,9 @@ connections:
 			a.commitFault = func(sc *stepCtx) error {
 				switch {
 				case stopping.Load():
-					afterStop.Add(1)
+					if afterStop.Add(1) == 1 && tc.fill {
+						free.Store(1 << 20)
+					}
 				case sc.in.fl.Name == "src" && len(sc.emits) > 0: // once: it is paused
 					if err := a.Pause("src"); err != nil {
 						t.Error(err)
@@ -85,7 +91,7 @@ connections:
 				t.Errorf("%d lines taken after the stop with %d MiB free, want %d", n, tc.free>>20, tc.lines)
 			}
 			// room: src's last steps (100 lines, 5 a step); never a publish.
-			if want := map[string]int64{"room": 19, "nearly_full": 0}[tc.name]; afterStop.Load() != want {
+			if want := map[string]int64{"room": 19, "nearly_full": 0, "filled": 1}[tc.name]; afterStop.Load() != want {
 				t.Errorf("%d commits after the stop, want %d", afterStop.Load(), want)
 			}
 		})

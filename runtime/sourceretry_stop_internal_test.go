@@ -8,9 +8,9 @@ import (
 	"github.com/flowrun/flowrun/flowlet"
 )
 
-// TestRetryEndsAtStop: a source's step, a tick, or a consumer's step
-// (its commit or its event failed) that waits out its backoff when the app
-// stops is not retried: the wait ends and so does the instance, nothing of
+// TestRetryEndsAtStop: a source's step (its commit or its Generate
+// failed), a tick, or a consumer's step (its commit or its event failed)
+// that waits out its backoff when the app stops is not retried: the wait ends and so does the instance, nothing of
 // the step committed (a restart redoes it). The wait returned at once and
 // the step was retried back to back, every retry failing, until the
 // retries ran out: the source stopped "after retries" (an error in its
@@ -18,16 +18,19 @@ import (
 // already: its next attempt finds the stop, or the event's backoff, before
 // it runs or commits.)
 func TestRetryEndsAtStop(t *testing.T) {
-	for _, who := range []string{"src", "tick", "step", "event"} {
+	for _, who := range []string{"src", "generate", "tick", "step", "event"} {
 		t.Run(who, func(t *testing.T) {
-			sink := "t_own_ticker, tick: 1ms"
-			if who == "event" {
+			src, sink := "generator, config: {count: 1}", "t_own_ticker, tick: 1ms"
+			switch who {
+			case "generate":
+				src = "t_fail_gen"
+			case "event":
 				sink = "t_fail_stop"
 			}
 			a := openYAML(t, `
 app: retrystop
 flowlets:
-  src: {type: generator, retries: {max: 200, backoff: 10s, max_backoff: 10s}, config: {count: 1}}
+  src: {type: `+src+`, retries: {max: 200, backoff: 10s, max_backoff: 10s}}
   sink: {type: `+sink+`, retries: {max: 200, backoff: 10s, max_backoff: 10s}}
 connections:
   - {from: src, to: sink}
@@ -57,7 +60,15 @@ connections:
 			}
 			done := make(chan error, 1)
 			go func() { done <- a.Run(ctx) }()
-			if who == "event" {
+			switch who {
+			case "generate":
+				// The app stops once the source took the failure for one (it
+				// checked for a stop before): it waits out its backoff.
+				<-failed
+				st := a.byName["src"].insts[0].st
+				pollUntil(t, "the source's failure counted", func() bool { return st.failed.Load() > 0 })
+				cancel()
+			case "event":
 				// The app stops while the sink waits out its backoff.
 				<-failed
 				pollUntil(t, "the sink's retry wait", func() bool { return a.unsettled.Load() > 0 })
@@ -91,6 +102,15 @@ func (failStopFlowlet) Process(flowlet.Context, flowlet.Event) error {
 	return errors.New("refused (test)")
 }
 
+// t_fail_gen is a source whose Generate fails, calling failStop first.
+type failGen struct{}
+
+func (failGen) Generate(flowlet.Context) error {
+	failStop()
+	return errors.New("refused (test)")
+}
+
 func init() {
 	flowlet.Register("t_fail_stop", func() flowlet.Flowlet { return failStopFlowlet{} }, flowlet.TypeInfo{Sink: true})
+	flowlet.Register("t_fail_gen", func() flowlet.Flowlet { return failGen{} }, flowlet.TypeInfo{Source: true, Outputs: []string{"out"}})
 }

@@ -1,6 +1,9 @@
 package runtime
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -14,40 +17,31 @@ import (
 // snapshot sees into a base it does not: the read gave 0, not 1. (Reads
 // after the first one are safe: they share the first one's Badger
 // snapshot, which GC's deletions do not change.)
+//
+// GC runs while a newer read is in progress too: the bound is the oldest
+// read's (a newer read's bound passes the older one's snapshot).
 func TestViewOutlivesTimeoutHoldsGC(t *testing.T) {
 	old := viewTimeout
 	viewTimeout = time.Millisecond
 	defer func() { viewTimeout = old }()
-	a := openYAML(t, `
-app: viewgc
-flowlets:
-  gen: {type: generator, config: {count: 1}}
-  c: {type: t_count}
-connections:
-  - {from: gen, to: c}
-`, Options{NoSync: true, GCInterval: time.Hour}) // GC runs when the test says
-	ctx := runInBackground(t, a)
-	waitCount(t, a, 1)
+	a, ctx := runViewGCApp(t)
 	err := a.View("c", func(r StateReader) error {
-		// The read's transaction times out: the coordinator ends it.
-		var read uint64
-		a.st.viewMu.Lock()
-		for v := range a.st.views {
-			read = v.ID
-		}
-		a.st.viewMu.Unlock()
-		pollUntil(t, "the read's transaction to time out", func() bool {
-			a.st.coord.ExpireTimedOut()
-			return !slices.Contains(a.st.coord.InProgress(), read)
-		})
+		expireReads(t, a, 1) // the coordinator takes the read for gone
 		// A commit after the read's start, then GC as the app runs it (the
-		// watermark takes a candidate, then hands it out).
+		// watermark takes a candidate, then hands it out) while a newer
+		// read, which sees that commit, is in progress, timed out too.
 		if _, err := a.Ingest(ctx, "c", "", []IngestEvent{{Payload: []byte("x")}}); err != nil {
 			return err
 		}
 		waitCount(t, a, 2)
-		a.gcState()
-		a.gcState()
+		if err := a.View("c", func(StateReader) error {
+			expireReads(t, a, 2)
+			a.gcState()
+			a.gcState()
+			return nil
+		}); err != nil {
+			return err
+		}
 		n, err := r.Counters("n").Get([]byte("total"))
 		if err != nil {
 			return err
@@ -60,6 +54,79 @@ connections:
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestViewReleasesGCHold: a state read lets go of its hold on state GC
+// when it ends, however it ends (fn returns, fails or panics); a hold left
+// behind would keep GC under its snapshot for the rest of the run.
+func TestViewReleasesGCHold(t *testing.T) {
+	a, _ := runViewGCApp(t)
+	errRead := errors.New("a failed read (test)")
+	for _, how := range []string{"returns", "fails", "panics"} {
+		err := func() (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("panic: %v", p)
+				}
+			}()
+			return a.View("c", func(StateReader) error {
+				if a.st.gcHold() == 0 {
+					t.Errorf("%s: the read holds no GC bound", how)
+				}
+				switch how {
+				case "fails":
+					return errRead
+				case "panics":
+					panic(how)
+				}
+				return nil
+			})
+		}()
+		if want := map[string]error{"fails": errRead}[how]; how != "panics" && !errors.Is(err, want) {
+			t.Errorf("%s: View: %v, want %v", how, err, want)
+		}
+		if h := a.st.gcHold(); h != 0 {
+			t.Errorf("the read %s, and state GC is still held under %d", how, h)
+		}
+	}
+}
+
+// expireReads waits until the transactions of the n state reads in
+// progress timed out (viewTimeout) and the coordinator ended them.
+func expireReads(t *testing.T, a *App, n int) {
+	t.Helper()
+	var reads []uint64
+	a.st.viewMu.Lock()
+	for v := range a.st.views {
+		reads = append(reads, v.ID)
+	}
+	a.st.viewMu.Unlock()
+	if len(reads) != n {
+		t.Fatalf("%d state reads in progress (store.views), want %d", len(reads), n)
+	}
+	pollUntil(t, "the reads' transactions to time out", func() bool {
+		a.st.coord.ExpireTimedOut()
+		live := a.st.coord.InProgress()
+		return !slices.ContainsFunc(reads, func(id uint64) bool { return slices.Contains(live, id) })
+	})
+}
+
+// runViewGCApp runs (until the test ends) an app whose t_count c counted
+// one event (n/total), with state GC run only by the test, and returns it
+// with Run's context.
+func runViewGCApp(t *testing.T) (*App, context.Context) {
+	t.Helper()
+	a := openYAML(t, `
+app: viewgc
+flowlets:
+  gen: {type: generator, config: {count: 1}}
+  c: {type: t_count}
+connections:
+  - {from: gen, to: c}
+`, Options{NoSync: true, GCInterval: time.Hour}) // GC runs when the test says
+	ctx := runInBackground(t, a)
+	waitCount(t, a, 1)
+	return a, ctx
 }
 
 // waitCount waits until c's counter n/total of a running app is n.
