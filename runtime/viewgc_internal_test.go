@@ -7,6 +7,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/internal/testgate"
 )
 
 // TestViewOutlivesTimeoutHoldsGC: a read of a running app's state (View,
@@ -21,10 +24,7 @@ import (
 // GC runs while a newer read is in progress too: the bound is the oldest
 // read's (a newer read's bound passes the older one's snapshot).
 func TestViewOutlivesTimeoutHoldsGC(t *testing.T) {
-	old := viewTimeout
-	viewTimeout = time.Millisecond
-	defer func() { viewTimeout = old }()
-	a, ctx := runViewGCApp(t)
+	a, ctx := runViewGCApp(t, time.Millisecond)
 	err := a.View("c", func(r StateReader) error {
 		expireReads(t, a, 1) // the coordinator takes the read for gone
 		// A commit after the read's start, then GC as the app runs it (the
@@ -42,14 +42,7 @@ func TestViewOutlivesTimeoutHoldsGC(t *testing.T) {
 		}); err != nil {
 			return err
 		}
-		n, err := r.Counters("n").Get([]byte("total"))
-		if err != nil {
-			return err
-		}
-		if n != 1 {
-			t.Errorf("the read gave %d, want 1: the count at its start", n)
-		}
-		return nil
+		return wantCountAtStart(t, r)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +53,7 @@ func TestViewOutlivesTimeoutHoldsGC(t *testing.T) {
 // when it ends, however it ends (fn returns, fails or panics); a hold left
 // behind would keep GC under its snapshot for the rest of the run.
 func TestViewReleasesGCHold(t *testing.T) {
-	a, _ := runViewGCApp(t)
+	a, _ := runViewGCApp(t, viewTimeout)
 	errRead := errors.New("a failed read (test)")
 	for _, how := range []string{"returns", "fails", "panics"} {
 		err := func() (err error) {
@@ -111,16 +104,67 @@ func expireReads(t *testing.T, a *App, n int) {
 	})
 }
 
-// runViewGCApp runs (until the test ends) an app whose t_count c counted
-// one event (n/total), with state GC run only by the test, and returns it
-// with Run's context.
-func runViewGCApp(t *testing.T) (*App, context.Context) {
+// TestViewHoldsGCAtFirstInProgress: the bound a read holds state GC to is
+// its snapshot's first transaction in progress, not its own: a step in
+// flight when the read started commits after it, below its id, and the
+// read must not see that step's counter delta folded into a base with the
+// one before.
+func TestViewHoldsGCAtFirstInProgress(t *testing.T) {
+	a, ctx := runViewGCApp(t, time.Millisecond)
+	entered, open := viewGCGate.Hold(t)
+	if _, err := a.Ingest(ctx, "c", "", []IngestEvent{{Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	<-entered // c's step for it is in flight
+	err := a.View("c", func(r StateReader) error {
+		expireReads(t, a, 1)
+		open() // the step commits, below the read's id
+		waitCount(t, a, 2)
+		a.gcState()
+		a.gcState()
+		return wantCountAtStart(t, r)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// viewGCGate holds the steps of runViewGCApp's c (t_viewgc) while a test
+// holds it.
+var viewGCGate testgate.Gate
+
+func init() {
+	flowlet.Register("t_viewgc", func() flowlet.Flowlet { return testgate.Counting(&viewGCGate) }, flowlet.TypeInfo{})
+}
+
+// wantCountAtStart checks that the read r of runViewGCApp's c gives the
+// count as of its start: 1.
+func wantCountAtStart(t *testing.T, r StateReader) error {
 	t.Helper()
+	n, err := r.Counters("n").Get([]byte("total"))
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		t.Errorf("the read gave %d, want 1: the count at its start", n)
+	}
+	return nil
+}
+
+// runViewGCApp runs (until the test ends) an app whose c counted one event
+// (n/total; its steps pass viewGCGate), with state GC run only by the test
+// and state reads timing out after timeout (viewTimeout, until the test
+// ends), and returns it with Run's context.
+func runViewGCApp(t *testing.T, timeout time.Duration) (*App, context.Context) {
+	t.Helper()
+	old := viewTimeout
+	viewTimeout = timeout
+	t.Cleanup(func() { viewTimeout = old }) // after the app stopped
 	a := openYAML(t, `
 app: viewgc
 flowlets:
   gen: {type: generator, config: {count: 1}}
-  c: {type: t_count}
+  c: {type: t_viewgc}
 connections:
   - {from: gen, to: c}
 `, Options{NoSync: true, GCInterval: time.Hour}) // GC runs when the test says
