@@ -418,13 +418,13 @@ func TestGCCutBetweenCommits(t *testing.T) {
 // TestGCInterleavedCutPasses: GC passes cut before any of their commits,
 // with another pass (at an older bound, cut too) run in the middle of one:
 // two passes interleaved, one writing from a snapshot the other has
-// changed since, and a step in progress during it (its versions stored, on
-// the persist path) commits in the middle of one. Steps and passes at
-// newer bounds follow, on keys whose versions span many of the passes'
-// small transactions. Before every
-// commit of a pass and after it, a step reads what it read before the
-// pass; so do transactions that started before passes and read only after
-// them. It fails when a fold sums past the newest base (the next pass
+// changed since; and a step in progress during a pass (its versions
+// stored, on the persist path) commits in the middle of it. Steps and
+// passes at newer bounds follow, on keys whose versions span many of the
+// passes' small transactions. Before every commit of a pass and after it,
+// a step reads what it read before the pass; so do transactions that
+// started before passes and read only in the middle of a later one or
+// after it. It fails when a fold sums past the newest base (the next pass
 // after a cut one counts the deltas the base covers twice), when a base
 // lands after the deletions it covers, when a table's newest delete goes
 // before the versions it shadows, or when an invalid delta is summed.
@@ -508,6 +508,10 @@ func TestGCInterleavedCutPasses(t *testing.T) {
 			}
 			pass(bound, rng.IntN(15), func() {
 				check()
+				if len(readers) > 0 && rng.IntN(8) == 0 {
+					read(readers[0], fmt.Sprint("round ", round, ", mid-pass"))
+					readers = readers[1:]
+				}
 				if commits++; commits == nest {
 					pass(bounds[rng.IntN(len(bounds))], rng.IntN(10), check)
 					commitWriter() // between two commits of the pass
