@@ -392,9 +392,13 @@ func (in *instance) run(ctx context.Context) (err error) {
 		}
 		defer func() {
 			// A last publish so that committed output is out before exit:
-			// a step (busy), also after a paused instance stopped.
+			// a step (busy), also after a paused instance stopped. Its
+			// failure is the run's, as a step's publish failure is: the
+			// output waits in the store, not out.
 			in.activate()
-			_ = in.publish(context.WithoutCancel(ctx))
+			if perr := in.publish(context.WithoutCancel(ctx)); err == nil {
+				err = perr
+			}
 		}()
 	}
 	in.a.unsettled.Add(-1) // started
