@@ -15,7 +15,8 @@ type GCStats struct {
 	Deleted int // versions deleted
 	Folded  int // counter deltas folded into a base
 	// Damaged counts the keys left alone because a value a read needs does
-	// not decode (see DamagedError).
+	// not decode (see DamagedError), or because the stored key is not one
+	// a Store writes.
 	Damaged int
 }
 
@@ -43,9 +44,10 @@ type GCStats struct {
 //
 // A key with a value that does not decode where a read would decode it (a
 // counter's down to its newest base, a table's newest) keeps every
-// committed version, and the pass goes on with the other keys; it then
-// returns its stats with an error that wraps the first such key's
-// *DamagedError (and ErrDamaged).
+// committed version, and a stored key no Store writes (too short) is left
+// as it is; the pass goes on with the other keys. It then returns its
+// stats with an error that wraps the first such key's *DamagedError (and
+// ErrDamaged), or names the stray key.
 func (s *Store) GC(bound uint64, invalid []uint64) (GCStats, error) {
 	return s.gc(newGCBatch(s.db), bound, invalid)
 }
@@ -60,7 +62,7 @@ func (s *Store) gc(g *gcBatch, bound uint64, invalid []uint64) (GCStats, error) 
 		w := &gcWalk{s: s, g: g, st: &st, it: it, bound: bound, invalid: invalid}
 		for it.Rewind(); it.Valid(); {
 			err := w.key()
-			if errors.Is(err, ErrDamaged) {
+			if errors.Is(err, ErrDamaged) || errors.Is(err, errBadKey) {
 				st.Damaged++
 				if damaged == nil {
 					damaged = err
@@ -77,7 +79,7 @@ func (s *Store) gc(g *gcBatch, bound uint64, invalid []uint64) (GCStats, error) 
 		err = g.commit()
 	}
 	if err == nil && damaged != nil {
-		err = fmt.Errorf("state: GC skipped %d key(s) with a damaged value and did the rest; the first: %w", st.Damaged, damaged)
+		err = fmt.Errorf("state: GC skipped %d damaged key(s) and did the rest; the first: %w", st.Damaged, damaged)
 	}
 	return st, err
 }
@@ -128,14 +130,18 @@ func (w *gcWalk) del() error {
 
 // key rewrites the versions below bound of the user key at the iterator and
 // leaves the iterator at the next user key. A key with a value that does not
-// decode is left alone: the error wraps ErrDamaged.
+// decode is left alone (the error wraps ErrDamaged), and so is a stored key
+// no Store writes (errBadKey).
 func (w *gcWalk) key() error {
 	if err := w.s.closedErr(); err != nil {
 		return err // see gcBatch.apply
 	}
 	k := w.it.Item().Key()
 	if len(k) < len(w.s.prefix)+1+termLen+versionLen {
-		return fmt.Errorf("%w %q", errBadKey, k)
+		// No Store wrote it: left alone, as a damaged value.
+		err := fmt.Errorf("%w %q", errBadKey, k)
+		w.it.Next()
+		return err
 	}
 	w.enc = append(w.enc[:0], encodedUserKey(k)...)
 	w.st.Keys++

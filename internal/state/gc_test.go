@@ -261,15 +261,33 @@ func TestGCHoldsNoVersionAboveBound(t *testing.T) {
 }
 
 // TestGCMalformedKey: a stray key under the flowlet's prefix that no Store
-// wrote (here the prefix alone) is an error naming it, not a panic.
+// wrote (the prefix alone, before every key, or too short a key after
+// every key) is an error naming it, not a panic, and GC goes on past it
+// with the other keys, as past a damaged value. A pass stopped at the
+// first one, for good, and dropped what it had not committed yet: with
+// the stray key last, no pass ever collected anything (though its stats
+// counted it deleted).
 func TestGCMalformedKey(t *testing.T) {
 	e := newEnv(t, true)
 	s := e.store(t)
-	if err := e.db.Update(func(txn *badger.Txn) error { return txn.Set(s.prefix, nil) }); err != nil {
-		t.Fatal(err)
+	const keys = 10
+	for range 2 {
+		fillKeys(t, e, s, keys)
 	}
-	if _, err := s.GC(math.MaxUint64, nil); !errors.Is(err, errBadKey) {
-		t.Fatalf("GC over a malformed key: %v, want errBadKey", err)
+	for _, k := range [][]byte{s.prefix, append(bytes.Clone(s.prefix), 'z')} {
+		if err := e.db.Update(func(txn *badger.Txn) error { return txn.Set(k, nil) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for pass := range 2 {
+		stats, err := s.GC(math.MaxUint64, nil)
+		if !errors.Is(err, errBadKey) || !strings.Contains(err.Error(), fmt.Sprintf("%q", s.prefix)) || stats.Damaged != 2 {
+			t.Fatalf("GC pass %d over malformed keys: %v (%+v), want errBadKey naming the first, 2 damaged", pass, err, stats)
+		}
+		// one version of each key in t and c, and the stray keys
+		if k := countKeys(t, e.db); k != 2*keys+2 {
+			t.Fatalf("GC pass %d: %d versions left, want %d (%+v)", pass, k, 2*keys+2, stats)
+		}
 	}
 }
 
