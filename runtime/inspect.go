@@ -54,7 +54,14 @@ func (s *Store) Close() error {
 }
 
 // Queues describes every queue: depth and lag per consumer group.
-func (s *Store) Queues() ([]queue.QueueInfo, error) { return s.st.queues.List() }
+func (s *Store) Queues() ([]queue.QueueInfo, error) {
+	exit, err := s.st.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer exit()
+	return s.st.queues.List()
+}
 
 // QueueEntry is a stored queue entry, decoded.
 type QueueEntry struct {
@@ -146,10 +153,15 @@ func (s *Store) Scan(queueName, keyName string, limit int, fn func(QueueEntry) b
 
 // ScanSelect is Scan of the entries sel selects.
 func (s *Store) ScanSelect(queueName, keyName string, limit int, sel QueueSelect, fn func(QueueEntry) bool) error {
+	exit, err := s.st.enter()
+	if err != nil {
+		return err
+	}
+	defer exit()
 	dead := isDLQ(queueName)
 	var derr error
 	opts := queue.ScanOptions{Limit: limit, Partitions: sel.Partitions, From: sel.From, To: sel.To, Since: sel.Since, Until: sel.Until}
-	err := s.st.queues.Scan(queueName, opts, func(e queue.Entry) bool {
+	err = s.st.queues.Scan(queueName, opts, func(e queue.Entry) bool {
 		qe := QueueEntry{ID: e.ID.String(), Queue: queueName, Enqueued: e.Enqueued, EventTime: e.EventTime, TraceID: e.TraceID}
 		if dead {
 			d, err := decodeDeadLetter(flowletOfQueue(queueName), e.Payload)
@@ -189,6 +201,11 @@ func flowletOfQueue(q string) string {
 // DeadLetters calls fn for up to limit (0 = all) entries waiting in a
 // flowlet's dead-letter queue.
 func (s *Store) DeadLetters(flowletName string, limit int, fn func(DeadLetter) bool) error {
+	exit, err := s.st.enter()
+	if err != nil {
+		return err
+	}
+	defer exit()
 	if s.app != nil {
 		s.app.adminMu.Lock()
 		defer s.app.adminMu.Unlock()
@@ -269,6 +286,11 @@ func (s *Store) replayed(q string, out map[string]bool) error {
 
 // DLQSize is the number of entries waiting in a flowlet's dead-letter queue.
 func (s *Store) DLQSize(flowletName string) (int64, error) {
+	exit, err := s.st.enter()
+	if err != nil {
+		return 0, err
+	}
+	defer exit()
 	info, err := s.st.queues.Info(DLQName(flowletName))
 	if err != nil {
 		return 0, err
@@ -299,6 +321,11 @@ func dlqSize(q queue.QueueInfo) int64 {
 // On the store of a running app (App.Inspect) the flowlet consumes them at
 // once, and no compaction runs afterwards.
 func (s *Store) ReplayDeadLetters(flowletName string, inputs map[string]string) (replayed, kept int, err error) {
+	exit, err := s.st.enter()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer exit()
 	if s.app != nil {
 		// The flowlet's instances are woken by the replay queue's commits.
 		s.app.adminMu.Lock()
@@ -401,9 +428,14 @@ type TableInfo struct {
 
 // Tables lists a flowlet's state tables and counter tables that hold data.
 func (s *Store) Tables(app, flowletName string) ([]TableInfo, error) {
+	exit, err := s.st.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer exit()
 	prefix := state.KeyPrefix(app, flowletName)
 	var out []TableInfo
-	err := s.st.db.View(func(txn *badger.Txn) error {
+	err = s.st.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); {
@@ -444,6 +476,11 @@ func (a *App) View(flowletName string, fn func(st StateReader) error) error {
 }
 
 func (s *store) view(app, flowletName string, fn func(st StateReader) error) error {
+	exit, err := s.enter()
+	if err != nil {
+		return err
+	}
+	defer exit()
 	ss, err := state.Open(s.db, app, flowletName)
 	if err != nil {
 		return err

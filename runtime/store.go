@@ -45,6 +45,50 @@ type store struct {
 	// state GC must not pass while it reads (gcHold).
 	viewMu sync.Mutex
 	views  map[*tx.Tx]uint64
+
+	// inUse counts the inspection reads in progress (enter), which close
+	// waits for: a read of a running app's store (the HTTP API's) can
+	// outlast the server's shutdown, and Badger's tables are unmapped by
+	// its close, so a read going on after it crashes the process.
+	useMu   sync.Mutex
+	useDone *sync.Cond
+	inUse   int
+	closing bool
+}
+
+// ErrStoreClosed: the app's store is closed (or closing) and can no longer
+// be read.
+var ErrStoreClosed = errors.New("runtime: the store is closed")
+
+// enter begins an inspection read: ErrStoreClosed once close began, else
+// a function that ends it.
+func (s *store) enter() (exit func(), err error) {
+	s.useMu.Lock()
+	defer s.useMu.Unlock()
+	if s.closing {
+		return nil, ErrStoreClosed
+	}
+	s.inUse++
+	return func() {
+		s.useMu.Lock()
+		defer s.useMu.Unlock()
+		if s.inUse--; s.inUse == 0 && s.useDone != nil {
+			s.useDone.Broadcast()
+		}
+	}, nil
+}
+
+// endUse refuses new inspection reads and waits for those in progress.
+func (s *store) endUse() {
+	s.useMu.Lock()
+	defer s.useMu.Unlock()
+	s.closing = true
+	if s.useDone == nil {
+		s.useDone = sync.NewCond(&s.useMu)
+	}
+	for s.inUse > 0 {
+		s.useDone.Wait()
+	}
 }
 
 // holdGC keeps state GC (App.gcState) below what the read t needs until
@@ -161,6 +205,7 @@ func openStore(dir string, o storeOptions) (*store, error) {
 }
 
 func (s *store) close() error {
+	s.endUse()
 	var errs []error
 	if s.qb != nil {
 		errs = append(errs, s.qb.Close())
