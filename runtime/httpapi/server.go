@@ -359,7 +359,7 @@ func fail(w http.ResponseWriter, err error) {
 		if errors.As(err, &pe) {
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(pe.RetryAfter().Seconds()))))
 		}
-	case errors.Is(err, queue.ErrClosed), errors.Is(err, tx.ErrClosed), errors.Is(err, badger.ErrDBClosed):
+	case errors.Is(err, queue.ErrClosed), errors.Is(err, tx.ErrClosed), errors.Is(err, badger.ErrDBClosed), errors.Is(err, runtime.ErrStoreClosed):
 		// A request still in flight when the app closed its store.
 		code = http.StatusServiceUnavailable
 		err = fmt.Errorf("%w: its store is closed (%v)", runtime.ErrNotRunning, err)
