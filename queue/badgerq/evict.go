@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/flowrun/flowrun/tx"
 )
 
 // evict deletes, per partition and priority level, the entries below the
@@ -61,9 +63,16 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 	// entry it expires (mayExpire), until its deletes landed or failed.
 	ev := &consumer{b: b, q: q}
 	var gated []int // partitions where it holds slots
+	// Which stored state version of a slot no consumer resolved since
+	// Open committed (mayExpire), taken at the first entry to expire.
+	var snap *tx.Tx
+	snapped := false
 	defer func() {
 		if txn != nil {
 			txn.Discard()
+		}
+		if snap != nil {
+			b.opts.Coordinator.Abort(snap)
 		}
 		// What is gone leaves the depth, whether the pass ended well or not.
 		if del.events > 0 {
@@ -171,8 +180,11 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 				consumed := k.wp < bound || (k.wp < posBound && !atHole(k.wp))
 				stale := ttl > 0 && now.Sub(time.UnixMilli(k.ms)) > ttl
 				if stale && !consumed && inFlight[k.wp] == 0 {
+					if !snapped {
+						snap, snapped = b.unresolvedSnapshot(q), true
+					}
 					var took bool
-					stale, consumed, took = q.mayExpire(p, ev, &k)
+					stale, consumed, took = q.mayExpire(p, ev, &k, snap)
 					if took && !slices.Contains(gated, p) {
 						gated = append(gated, p)
 					}
@@ -230,8 +242,12 @@ const evictingTx = ^uint64(0)
 // QueueInfo.Expired: counted twice (TestTTLEvictionRacingDeliveryCountsOnce).
 // Groups that read it already are not held: a consumer of theirs never
 // reads it again, and a partition a busy group's consumers always hold
-// still expires what a group without consumers leaves.
-func (q *queueRT) mayExpire(p int, ev *consumer, k *entryKey) (expire, consumed, took bool) {
+// still expires what a group without consumers leaves. A slot no consumer
+// resolved since Open is judged by the newest stored version snap sees
+// (infoView): by the oldest, which is what the pass deletes by, a read the
+// last commit before a restart counted consumed was counted expired too
+// (general path, TestTTLEvictionAfterRestartCountsOnce).
+func (q *queueRT) mayExpire(p int, ev *consumer, k *entryKey, snap *tx.Tx) (expire, consumed, took bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.deleted {
@@ -240,7 +256,7 @@ func (q *queueRT) mayExpire(p int, ev *consumer, k *entryKey) (expire, consumed,
 	consumed = true
 	for _, g := range q.groups {
 		s := g.slots[p]
-		if st := s.evictView(); st != nil && readEntry(st.find(k.prio), k) {
+		if st := s.infoView(snap); st != nil && readEntry(st.find(k.prio), k) {
 			continue
 		}
 		consumed = false

@@ -40,13 +40,9 @@ type groupView struct {
 }
 
 func (b *Backend) info(q *queueRT) (queue.QueueInfo, error) {
-	var snap *tx.Tx
-	if c := b.opts.Coordinator; c != nil && q.hasUnresolvedVersions() {
-		// Only a snapshot tells which stored version committed.
-		if t, err := c.StartShort(min(time.Minute, c.MaxTimeout())); err == nil {
-			defer c.Abort(t)
-			snap = t
-		}
+	snap := b.unresolvedSnapshot(q)
+	if snap != nil {
+		defer b.opts.Coordinator.Abort(snap)
 	}
 	q.mu.Lock()
 	var views []*groupView
@@ -82,6 +78,22 @@ func (b *Backend) info(q *queueRT) (queue.QueueInfo, error) {
 		info.Groups = append(info.Groups, v.info)
 	}
 	return info, err
+}
+
+// unresolvedSnapshot is a snapshot that tells which stored state version
+// of a slot no consumer resolved since Open committed (infoView), if q has
+// such a slot of several versions and the backend a coordinator, else nil.
+// The caller aborts it.
+func (b *Backend) unresolvedSnapshot(q *queueRT) *tx.Tx {
+	c := b.opts.Coordinator
+	if c == nil || !q.hasUnresolvedVersions() {
+		return nil
+	}
+	t, err := c.StartShort(min(time.Minute, c.MaxTimeout()))
+	if err != nil {
+		return nil
+	}
+	return t
 }
 
 // hasUnresolvedVersions reports whether a slot not resolved yet stores

@@ -23,7 +23,8 @@ type generalNode struct {
 	coord *tx.Coordinator
 	b     *Backend
 	qs    *queue.Queues
-	fast  bool // Options.FastPath (a node on a BadgerLog, failingLogNode)
+	fast  bool             // Options.FastPath (a node on a BadgerLog, failingLogNode)
+	now   func() time.Time // Options.Now (nil: the real clock)
 }
 
 func newGeneralNode(t *testing.T) *generalNode { return newGeneralNodeClock(t, nil) }
@@ -50,7 +51,7 @@ func newGeneralNodeClock(t *testing.T, now func() time.Time) *generalNode {
 }
 
 func (n *generalNode) open() {
-	b, err := Open(n.db, Options{Coordinator: n.coord, FastPath: n.fast, EvictInterval: -1, GCInterval: -1, WritebackInterval: -1})
+	b, err := Open(n.db, Options{Coordinator: n.coord, FastPath: n.fast, EvictInterval: -1, GCInterval: -1, WritebackInterval: -1, Now: n.now})
 	if err != nil {
 		n.t.Fatal(err)
 	}

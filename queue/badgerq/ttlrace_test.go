@@ -2,6 +2,7 @@ package badgerq
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,4 +97,34 @@ func TestTTLEvictionPastBusyGroup(t *testing.T) {
 	expectDepthExpired(1, 3)
 	must(ctx.Finish())
 	expectDepthExpired(0, 4)
+}
+
+// General path, after a restart: a group's slot holds two committed state
+// versions ([its last commit, the one before]) until a consumer leases it
+// again. An eviction pass judged whether the group had read an expiring
+// entry by the older one, the one it keeps to for deleting: a read the
+// last commit counted consumed was counted expired as well.
+func TestTTLEvictionAfterRestartCountsOnce(t *testing.T) {
+	n := newGeneralNode(t)
+	var moved atomic.Int64
+	n.now = func() time.Time { return time.Now().Add(time.Duration(moved.Load())) }
+	n.restart()
+	must := mustT(t)
+	enqueue := fifoQueueConfig(t, n.qs, n.coord, queue.Config{Partitions: 1, TTL: time.Hour}, 1)
+	enqueue("a")
+	enqueue("b")
+	c, _ := n.qs.Consumer("q", "g", 0)
+	var got []queue.Entry
+	must(queuetest.Step(n.coord, func() (err error) { got, err = c.Dequeue(1); return err }, c))
+	expectPayloadsOnce(t, got, "a")
+	n.restart()
+	moved.Add(int64(2 * time.Hour))
+	must(n.b.evict())
+	info, err := n.qs.Info("q")
+	must(err)
+	g := info.Groups[0]
+	if info.Events != 0 || g.Consumed != 1 || g.Consumed+g.Expired+info.Expired != 2 {
+		t.Fatalf("2 events, a consumed: depth %d, consumed %d, expired %d by the group and %d by eviction; want 0, 1, and 2 counted once in all",
+			info.Events, g.Consumed, g.Expired, info.Expired)
+	}
 }
