@@ -99,16 +99,6 @@ func lateConsumerTakenOver(t *testing.T, persisted bool) {
 	}
 }
 
-// postCommitHook is a participant that runs fn in its PostCommit.
-type postCommitHook struct{ fn func() }
-
-func (h postCommitHook) StartTx(*tx.Tx) error  { return nil }
-func (h postCommitHook) UpdateTx(*tx.Tx) error { return nil }
-func (h postCommitHook) ChangeKeys() [][]byte  { return nil }
-func (h postCommitHook) Persist() error        { return nil }
-func (h postCommitHook) Rollback() error       { return nil }
-func (h postCommitHook) PostCommit()           { h.fn() }
-
 // A transaction that committed has ended in the coordinator before its
 // consumer's PostCommit publishes the new state and releases the leases: a
 // peer starting in between must not take them over — with the state before
@@ -121,16 +111,15 @@ func TestCommittedLeaseNotTakenOverBeforePostCommit(t *testing.T) {
 		t.Run(map[bool]string{true: "fast", false: "general"}[fast], func(t *testing.T) {
 			e := newEnv(t, fast)
 			must := mustT(t)
-			enqueue := fifoQueue(t, e.Queues, e.Coord, 2)
-			enqueue("a")
-			enqueue("b")
-			owner, _ := e.Queues.Consumer("q", "g", 0)
-			peer, _ := e.Queues.Consumer("q", "g", 1)
+			_, owner, peer := ownerAndPeer(t, e)
 			var first, between []queue.Entry
-			peek := postCommitHook{fn: func() {
+			// The peer's step runs between the owner's commit and its
+			// PostCommit (which keeps the fast path: a participant of its
+			// own that does not stage took the general one).
+			peek := queuetest.SlowPostCommit(owner, func() {
 				must(queuetest.Step(e.Coord, func() (err error) { between, err = peer.Dequeue(10); return err }, peer))
-			}}
-			must(queuetest.Step(e.Coord, func() (err error) { first, err = owner.Dequeue(1); return err }, peek, owner))
+			})
+			must(queuetest.Step(e.Coord, func() (err error) { first, err = owner.Dequeue(1); return err }, peek))
 			if len(first) != 1 || len(between) != 0 {
 				t.Fatalf("owner got %d, peer between the commit and its PostCommit %d; want 1 and 0", len(first), len(between))
 			}
@@ -139,6 +128,18 @@ func TestCommittedLeaseNotTakenOverBeforePostCommit(t *testing.T) {
 			expectPayloadsOnce(t, append(first, after...), "a", "b")
 		})
 	}
+}
+
+// ownerAndPeer creates queue q (one partition, FIFO group g of two
+// instances) holding a and b (two commits), and returns its enqueue function (fifoQueue)
+// and the consumers of instances 0 and 1.
+func ownerAndPeer(t *testing.T, e *queuetest.Env) (enqueue func(...string), owner, peer queue.Consumer) {
+	enqueue = fifoQueue(t, e.Queues, e.Coord, 2)
+	enqueue("a")
+	enqueue("b")
+	owner, _ = e.Queues.Consumer("q", "g", 0)
+	peer, _ = e.Queues.Consumer("q", "g", 1)
+	return enqueue, owner, peer
 }
 
 // deadConsumer opens a fast-path backend with queue q (one partition, FIFO
@@ -283,8 +284,17 @@ func TestStagePersistWithoutTx(t *testing.T) {
 // of a read that delivered nothing; a peer took its partition over between
 // Rollback's look at the lease and its keeping the moves, and committed an
 // entry: the kept moves then replaced the peer's committed state (behind
-// it), and the entry came again.
+// it), and the entry came again. "staged": the transaction staged its state
+// before it timed out (its commit then failed): a rollback under way is
+// waited for all the same, not taken for a transaction lost after its
+// writes (leaseEndedWrote, which takes such a lease over at once).
 func TestLateRollbackKeepsNoMovesOverTaker(t *testing.T) {
+	for _, staged := range []bool{false, true} {
+		t.Run(map[bool]string{false: "read", true: "staged"}[staged], func(t *testing.T) { lateRollbackKeepsNoMovesOverTaker(t, staged) })
+	}
+}
+
+func lateRollbackKeepsNoMovesOverTaker(t *testing.T, staged bool) {
 	e, enqueue, late, lateCtx, lateTx := deadConsumer(t)
 	must := mustT(t)
 	peer, _ := e.Queues.Consumer("q", "g", 1)
@@ -292,6 +302,10 @@ func TestLateRollbackKeepsNoMovesOverTaker(t *testing.T) {
 	enqueue("a") // after the late snapshot: its read moves over it, delivering nothing
 	if got, err := late.Dequeue(10); err != nil || len(got) != 0 {
 		t.Fatalf("late consumer read %d (%v), want nothing", len(got), err)
+	}
+	if staged {
+		_, err := late.(tx.Stager).Stage(nil)
+		must(err)
 	}
 	queuetest.WaitEnded(t, e.Coord, lateTx)
 	var during []queue.Entry

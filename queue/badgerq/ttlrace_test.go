@@ -128,3 +128,21 @@ func TestTTLEvictionAfterRestartCountsOnce(t *testing.T) {
 			info.Events, g.Consumed, g.Expired, info.Expired)
 	}
 }
+
+// A pass that expired entries a group had not read held the group's slot
+// while it deleted them (mayExpire) and gives it back: the group's consumer
+// reads what comes after.
+func TestTTLEvictionGivesSlotsBack(t *testing.T) {
+	b, e := newBackendEnv(t, true, false, func(o *Options) { o.EvictInterval = -1 })
+	must := mustT(t)
+	enqueue := fifoQueueConfig(t, e.Queues, e.Coord, queue.Config{Partitions: 1, TTL: time.Hour}, 1)
+	enqueue("a")
+	e.Advance(2 * time.Hour)
+	must(b.evict())
+	if info, err := e.Queues.Info("q"); err != nil || info.Expired != 1 {
+		t.Fatalf("expired %d (%v), want a", info.Expired, err)
+	}
+	enqueue("b")
+	c, _ := e.Queues.Consumer("q", "g", 0)
+	expectPayloadsOnce(t, drainConsumer(t, e, c), "b")
+}

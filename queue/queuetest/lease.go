@@ -27,7 +27,8 @@ func testLostConsumer(t *testing.T, e *Env) {
 	}
 	t.Run("hash/same_consumer_new_tx", func(t *testing.T) { lostConsumerReused(t, e) })
 	t.Run("hash/rescaled_away", func(t *testing.T) { lostConsumerRescaledAway(t, e) })
-	t.Run("wakes_waiting_peer", func(t *testing.T) { lostConsumerWakes(t, e) })
+	t.Run("wakes_waiting_peer", func(t *testing.T) { lostConsumerWakes(t, e, false) })
+	t.Run("wakes_waiting_peer/post_commit_lost", func(t *testing.T) { lostConsumerWakes(t, e, true) })
 }
 
 // lostConsumerReused: the consumer whose transaction was given up is used
@@ -173,22 +174,37 @@ func lostConsumer(t *testing.T, e *Env, s queue.Strategy, late lateEnd) {
 
 // lostConsumerWakes: a FIFO peer that found every partition leased by a
 // transaction that later times out, and waits, is woken (nothing else will
-// commit to the queue) and takes the partitions over.
-func lostConsumerWakes(t *testing.T, e *Env) {
-	keyedQueue(t, e, "lost-wake", 2, queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 2}, 10)
-	peer, err := e.Queues.Consumer("lost-wake", "g", 1)
+// commit to the queue) and takes the partitions over. postCommitLost: the
+// lost transaction read 5 of the 10 entries and committed, and its
+// consumer's PostCommit never runs; the peer gets the other 5.
+func lostConsumerWakes(t *testing.T, e *Env, postCommitLost bool) {
+	qn, partitions := "lost-wake", 2
+	if postCommitLost {
+		qn, partitions = "lost-wake-post", 1 // the lost transaction holds it
+	}
+	keyedQueue(t, e, qn, partitions, queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 2}, 10)
+	peer, err := e.Queues.Consumer(qn, "g", 1)
 	must(t, err)
 	nt, ok := peer.(queue.Notifier)
 	if !ok {
 		t.Skip("backend's consumers do not implement queue.Notifier")
 	}
-	lost, err := e.Queues.Consumer("lost-wake", "g", 0)
+	lost, err := e.Queues.Consumer(qn, "g", 0)
 	must(t, err)
-	lostCtx := e.Coord.NewContext(lost)
-	_, err = lostCtx.Start(200 * time.Millisecond)
-	must(t, err)
-	if held, err := lost.Dequeue(10); err != nil || len(held) != 10 {
-		t.Fatalf("the consumer to lose got %d entries (%v), want 10", len(held), err)
+	var held []queue.Entry
+	if postCommitLost {
+		must(t, Step(e.Coord, func() (err error) { held, err = lost.Dequeue(5); return err }, WithoutPostCommit(lost)))
+		if len(held) != 5 {
+			t.Fatalf("the consumer whose PostCommit is lost got %d entries, want 5", len(held))
+		}
+	} else {
+		lostCtx := e.Coord.NewContext(lost)
+		_, err = lostCtx.Start(200 * time.Millisecond)
+		must(t, err)
+		if held, err = lost.Dequeue(10); err != nil || len(held) != 10 {
+			t.Fatalf("the consumer to lose got %d entries (%v), want 10", len(held), err)
+		}
+		held = nil // never committed
 	}
 	var got []queue.Entry
 	for len(got) == 0 {
@@ -200,10 +216,10 @@ func lostConsumerWakes(t *testing.T, e *Env) {
 		select {
 		case <-ready:
 		case <-time.After(30 * time.Second):
-			t.Fatal("the waiting peer was not woken 30 s after the lost transaction's 200 ms timeout")
+			t.Fatal("the waiting peer was not woken 30 s after the lost transaction ended")
 		}
 	}
-	all := append(got, drain(t, e, peer, 10)...)
+	all := slices.Concat(held, got, drain(t, e, peer, 10))
 	expectExactly(t, payloads(all), "e", 10)
 }
 

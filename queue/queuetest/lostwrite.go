@@ -14,11 +14,13 @@ import (
 // the consumer's Stage (fast path) or Persist (general path) returned, and
 // with skipPostCommit the consumer's PostCommit is not run (the Context
 // died right after the commit). Either loses a transaction in which the
-// consumer already wrote its new state.
+// consumer already wrote its new state. beforePostCommit, if set, runs
+// before the consumer's PostCommit (a slow one).
 type interposed struct {
 	queue.Consumer
-	after          func()
-	skipPostCommit bool
+	after            func()
+	beforePostCommit func()
+	skipPostCommit   bool
 }
 
 func (p *interposed) Persist() error {
@@ -28,6 +30,9 @@ func (p *interposed) Persist() error {
 }
 
 func (p *interposed) PostCommit() {
+	if p.beforePostCommit != nil {
+		p.beforePostCommit()
+	}
 	if !p.skipPostCommit {
 		p.Consumer.PostCommit()
 	}
@@ -67,6 +72,15 @@ func (p *interposed) participant() tx.Participant {
 // for backend tests of what a consumer does next.
 func WithoutPostCommit(c queue.Consumer) tx.Participant {
 	return (&interposed{Consumer: c, skipPostCommit: true}).participant()
+}
+
+// SlowPostCommit stands for consumer c in a Context whose commit reaches
+// c's PostCommit only once before returned (a PostCommit delayed by a GC
+// pause, a stalled goroutine): for backend tests of what others do
+// meanwhile and of what the late PostCommit then does. It keeps the
+// single-store fast path if c stages.
+func SlowPostCommit(c queue.Consumer, before func()) tx.Participant {
+	return (&interposed{Consumer: c, beforePostCommit: before}).participant()
 }
 
 // lostAfterWrite is a consumer transaction lost after its consumer wrote
