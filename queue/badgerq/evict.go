@@ -63,8 +63,9 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 	// entry it expires (mayExpire), until its deletes landed or failed.
 	ev := &consumer{b: b, q: q}
 	var gated []int // partitions where it holds slots
-	// Which stored state version of a slot no consumer resolved since
-	// Open committed (mayExpire), taken at the first entry to expire.
+	// A snapshot for mayExpire (which stored state version of a slot no
+	// consumer resolved since Open committed; whether a lease's
+	// transaction ended), taken once, the first time one of those is asked.
 	var snap *tx.Tx
 	snapped := false
 	defer func() {
@@ -180,11 +181,16 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 				consumed := k.wp < bound || (k.wp < posBound && !atHole(k.wp))
 				stale := ttl > 0 && now.Sub(time.UnixMilli(k.ms)) > ttl
 				if stale && !consumed && inFlight[k.wp] == 0 {
-					if !snapped {
-						snap, snapped = b.unresolvedSnapshot(q), true
+					took, ask := false, !snapped
+					for {
+						var t, again bool
+						stale, consumed, t, again = q.mayExpire(p, ev, &k, snap, ask)
+						took = took || t
+						if !again {
+							break
+						}
+						snap, snapped, ask = b.snapshotTx(), true, false
 					}
-					var took bool
-					stale, consumed, took = q.mayExpire(p, ev, &k, snap)
 					if took && !slices.Contains(gated, p) {
 						gated = append(gated, p)
 					}
@@ -246,16 +252,29 @@ const evictingTx = ^uint64(0)
 // resolved since Open is judged by the newest stored version snap sees
 // (infoView): by the oldest, which is what the pass deletes by, a read the
 // last commit before a restart counted consumed was counted expired too
-// (general path, TestTTLEvictionAfterRestartCountsOnce).
-func (q *queueRT) mayExpire(p int, ev *consumer, k *entryKey, snap *tx.Tx) (expire, consumed, took bool) {
+// (general path, TestTTLEvictionAfterRestartCountsOnce). A lease whose
+// transaction ended in snap before it wrote (lost: a step stuck past its
+// timeout) is taken over, as a consumer would (leaseEndLocked): its state in
+// memory is the slot's, and the lost transaction's late calls leave the
+// slot alone. Its group's only consumer may be the stuck one, and every
+// entry that group had not read waited for it, for good
+// (TestTTLEvictionPastLostLease). One that wrote waits for a consumer to
+// take it over (adoptLocked), or for its PostCommit. Without snap, with
+// ask, it asks for one (again) where it needs it, telling nothing else:
+// most passes need none, and a transaction in progress, even one only for
+// its snapshot, makes consumers keep holes at its pointer.
+func (q *queueRT) mayExpire(p int, ev *consumer, k *entryKey, snap *tx.Tx, ask bool) (expire, consumed, took, again bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.deleted {
-		return false, false, false
+		return false, false, false, false
 	}
 	consumed = true
 	for _, g := range q.groups {
 		s := g.slots[p]
+		if ask && !s.resolved && len(s.versions) > 1 {
+			return false, false, took, true
+		}
 		if st := s.infoView(snap); st != nil && readEntry(st.find(k.prio), k) {
 			continue
 		}
@@ -265,10 +284,16 @@ func (q *queueRT) mayExpire(p int, ev *consumer, k *entryKey, snap *tx.Tx) (expi
 		case nil:
 			s.owner, s.ownerTx, took = ev, evictingTx, true
 		default:
-			return false, false, took // a consumer may be reading it
+			if ask {
+				return false, false, took, true
+			}
+			if snap == nil || leaseEndLocked(s, endedIn(snap, s.ownerTx)) != leaseEnded {
+				return false, false, took, false // a consumer may be reading it
+			}
+			s.owner, s.ownerTx, s.unpublished, took = ev, evictingTx, time.Time{}, true
 		}
 	}
-	return !consumed, consumed, took
+	return !consumed, consumed, took, false
 }
 
 // readEntry reports whether a group with level state l has read (or

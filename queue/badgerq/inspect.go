@@ -85,8 +85,17 @@ func (b *Backend) info(q *queueRT) (queue.QueueInfo, error) {
 // such a slot of several versions and the backend a coordinator, else nil.
 // The caller aborts it.
 func (b *Backend) unresolvedSnapshot(q *queueRT) *tx.Tx {
+	if !q.hasUnresolvedVersions() {
+		return nil
+	}
+	return b.snapshotTx()
+}
+
+// snapshotTx starts a transaction for its snapshot only (nil without a
+// coordinator, or if it cannot start one); the caller aborts it.
+func (b *Backend) snapshotTx() *tx.Tx {
 	c := b.opts.Coordinator
-	if c == nil || !q.hasUnresolvedVersions() {
+	if c == nil {
 		return nil
 	}
 	t, err := c.StartShort(min(time.Minute, c.MaxTimeout()))

@@ -146,3 +146,45 @@ func TestTTLEvictionGivesSlotsBack(t *testing.T) {
 	c, _ := e.Queues.Consumer("q", "g", 0)
 	expectPayloadsOnce(t, drainConsumer(t, e, c), "b")
 }
+
+// A consumer transaction lost before it wrote (its step stuck past its
+// timeout: the coordinator ended it) holds its partition until a taker
+// comes, maybe never (the group's only consumer is the stuck one). A pass
+// left every entry that group had not read to a later pass, for good: TTL
+// bounded the backlog no more. The pass takes such a lease over as a
+// taker would (its state in memory is the slot's), and the lost
+// transaction's late rollback leaves the slot alone.
+func TestTTLEvictionPastLostLease(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprint("fast=", fast), func(t *testing.T) {
+			b, e := newBackendEnv(t, fast, false, func(o *Options) { o.EvictInterval = -1 })
+			must := mustT(t)
+			enqueue := fifoQueueConfig(t, e.Queues, e.Coord, queue.Config{Partitions: 1, TTL: time.Hour}, 1)
+			enqueue("a", "b")
+			c, _ := e.Queues.Consumer("q", "g", 0)
+			ctx := e.Coord.NewContext(c)
+			lost, err := ctx.Start(time.Minute)
+			must(err)
+			if got, err := c.Dequeue(1); err != nil || len(got) != 1 {
+				t.Fatalf("the consumer to lose got %d entries (%v), want a", len(got), err)
+			}
+			must(e.Coord.Invalidate(lost)) // timed out
+			e.Advance(2 * time.Hour)
+			check := func(when string) {
+				t.Helper()
+				must(b.evict())
+				info, err := e.Queues.Info("q")
+				must(err)
+				if g := info.Groups[0]; info.Events != 0 || g.Consumed != 0 || g.Expired+info.Expired != 2 {
+					t.Fatalf("%s: 2 events expired: depth %d, consumed %d, expired %d by the group and %d by eviction; want 0, 0 and 2",
+						when, info.Events, g.Consumed, g.Expired, info.Expired)
+				}
+			}
+			check("lease lost")
+			must(ctx.Abort(nil)) // late
+			check("after the late abort")
+			enqueue("c")
+			expectPayloadsOnce(t, drainConsumer(t, e, c), "c")
+		})
+	}
+}
