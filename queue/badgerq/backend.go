@@ -758,7 +758,7 @@ func (b *Backend) deleteEntries(q *queueRT, prefix []byte, keep func(*entryKey, 
 			if ek, ok := decodeEntryKey(k); ok && keep != nil && keep(&ek, inFlight) {
 				continue
 			}
-			if err := del.add(k, false); err != nil {
+			if err := del.add(k, 0); err != nil {
 				return err
 			}
 		}

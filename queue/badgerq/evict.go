@@ -180,11 +180,13 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 				}
 				consumed := k.wp < bound || (k.wp < posBound && !atHole(k.wp))
 				stale := ttl > 0 && now.Sub(time.UnixMilli(k.ms)) > ttl
+				var expired uint32 // of its events, those counted expired
 				if stale && !consumed && inFlight[k.wp] == 0 {
 					took, ask := false, !snapped
 					for {
 						var t, again bool
-						stale, consumed, t, again = q.mayExpire(p, ev, &k, snap, ask)
+						expired, consumed, t, again = q.mayExpire(p, ev, &k, snap, ask)
+						stale = expired > 0
 						took = took || t
 						if !again {
 							break
@@ -206,7 +208,7 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 					}
 					break
 				}
-				if err = del.add(it.Item().KeyCopy(nil), !consumed); err != nil {
+				if err = del.add(it.Item().KeyCopy(nil), expired); err != nil {
 					break
 				}
 			}
@@ -237,7 +239,9 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 const evictingTx = ^uint64(0)
 
 // mayExpire tells whether an eviction pass may delete entry k of partition
-// p as expired before some group read it (expire), judged by the groups'
+// p as expired before some group read it (expired: how many of its events
+// count expired, those some group has not read, undone; 0: it may not),
+// judged by the groups'
 // committed states now (a consumer may have committed it since the pass
 // took its views: then consumed, and it goes as such). It may if no
 // consumer holds the partition for a group that has not read it: the pass,
@@ -248,7 +252,10 @@ const evictingTx = ^uint64(0)
 // QueueInfo.Expired: counted twice (TestTTLEvictionRacingDeliveryCountsOnce).
 // Groups that read it already are not held: a consumer of theirs never
 // reads it again, and a partition a busy group's consumers always hold
-// still expires what a group without consumers leaves. A slot no consumer
+// still expires what a group without consumers leaves. An entry a group
+// read part of (a Dequeue stopped inside it) counted all its events
+// expired, those it consumed too (TestTTLEvictionPartlyReadEntryCountsOnce).
+// A slot no consumer
 // resolved since Open is judged by the newest stored version snap sees
 // (infoView): by the oldest, which is what the pass deletes by, a read the
 // last commit before a restart counted consumed was counted expired too
@@ -263,37 +270,42 @@ const evictingTx = ^uint64(0)
 // ask, it asks for one (again) where it needs it, telling nothing else:
 // most passes need none, and a transaction in progress, even one only for
 // its snapshot, makes consumers keep holes at its pointer.
-func (q *queueRT) mayExpire(p int, ev *consumer, k *entryKey, snap *tx.Tx, ask bool) (expire, consumed, took, again bool) {
+func (q *queueRT) mayExpire(p int, ev *consumer, k *entryKey, snap *tx.Tx, ask bool) (expired uint32, consumed, took, again bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.deleted {
-		return false, false, false, false
+		return 0, false, false, false
 	}
 	consumed = true
 	for _, g := range q.groups {
 		s := g.slots[p]
 		if ask && !s.resolved && len(s.versions) > 1 {
-			return false, false, took, true
+			return 0, false, took, true
 		}
-		if st := s.infoView(snap); st != nil && readEntry(st.find(k.prio), k) {
+		var l *levelState
+		if st := s.infoView(snap); st != nil {
+			l = st.find(k.prio)
+		}
+		if readEntry(l, k) {
 			continue
 		}
 		consumed = false
+		expired = max(expired, undone(l, k))
 		switch s.owner {
 		case ev:
 		case nil:
 			s.owner, s.ownerTx, took = ev, evictingTx, true
 		default:
 			if ask {
-				return false, false, took, true
+				return 0, false, took, true
 			}
 			if snap == nil || leaseEndLocked(s, endedIn(snap, s.ownerTx)) != leaseEnded {
-				return false, false, took, false // a consumer may be reading it
+				return 0, false, took, false // a consumer may be reading it
 			}
 			s.owner, s.ownerTx, s.unpublished, took = ev, evictingTx, time.Time{}, true
 		}
 	}
-	return !consumed, consumed, took, false
+	return expired, consumed, took, false
 }
 
 // readEntry reports whether a group with level state l has read (or
@@ -354,11 +366,11 @@ type keyDeleter struct {
 	b                      *Backend
 	q                      *queueRT // the queue whose entries these are (nil: none to tell)
 	keys                   [][]byte
-	expiring               []bool // per key: counts as expired
+	expiring               []uint32 // per key: of its events, those counted expired
 	events, bytes, expired int64
 }
 
-func (d *keyDeleter) add(key []byte, expired bool) error {
+func (d *keyDeleter) add(key []byte, expired uint32) error {
 	d.keys = append(d.keys, key)
 	d.expiring = append(d.expiring, expired)
 	if len(d.keys) >= deleteChunk {
@@ -388,9 +400,7 @@ func (d *keyDeleter) flush() error {
 		if ek, ok := decodeEntryKey(k); ok {
 			d.events += int64(ek.count)
 			d.bytes += int64(ek.size)
-			if d.expiring[i] {
-				d.expired += int64(ek.count)
-			}
+			d.expired += int64(min(d.expiring[i], ek.count))
 			if s := staged[ek.wp]; s != nil {
 				s.deletedEvents += int64(ek.count)
 				s.deletedBytes += int64(ek.size)

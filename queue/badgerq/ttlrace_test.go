@@ -155,36 +155,109 @@ func TestTTLEvictionGivesSlotsBack(t *testing.T) {
 // taker would (its state in memory is the slot's), and the lost
 // transaction's late rollback leaves the slot alone.
 func TestTTLEvictionPastLostLease(t *testing.T) {
+	forTTLQueue(t, func(t *testing.T, b *Backend, e *queuetest.Env, enqueue func(...string), c queue.Consumer) {
+		must := mustT(t)
+		enqueue("a", "b")
+		ctx := e.Coord.NewContext(c)
+		lost, err := ctx.Start(time.Minute)
+		must(err)
+		if got, err := c.Dequeue(1); err != nil || len(got) != 1 {
+			t.Fatalf("the consumer to lose got %d entries (%v), want a", len(got), err)
+		}
+		must(e.Coord.Invalidate(lost)) // timed out
+		e.Advance(2 * time.Hour)
+		check := func(when string) {
+			t.Helper()
+			must(b.evict())
+			info, err := e.Queues.Info("q")
+			must(err)
+			if g := info.Groups[0]; info.Events != 0 || g.Consumed != 0 || g.Expired+info.Expired != 2 {
+				t.Fatalf("%s: 2 events expired: depth %d, consumed %d, expired %d by the group and %d by eviction; want 0, 0 and 2",
+					when, info.Events, g.Consumed, g.Expired, info.Expired)
+			}
+		}
+		check("lease lost")
+		must(ctx.Abort(nil)) // late
+		check("after the late abort")
+		enqueue("c")
+		expectPayloadsOnce(t, drainConsumer(t, e, c), "c")
+	})
+}
+
+// A group read part of an entry (a Dequeue stopped inside it) and
+// committed; the rest expired. The pass counted every event of the entry
+// in QueueInfo.Expired, those the group had consumed too: a consumed and
+// expired, 3 counts for 2 events. It counts those some group has not read
+// (undone), as a consumer that skips the rest counts only the rest.
+func TestTTLEvictionPartlyReadEntryCountsOnce(t *testing.T) {
+	forTTLQueue(t, func(t *testing.T, b *Backend, e *queuetest.Env, enqueue func(...string), c queue.Consumer) {
+		must := mustT(t)
+		enqueue("a", "b") // one entry
+		var got []queue.Entry
+		must(queuetest.Step(e.Coord, func() (err error) { got, err = c.Dequeue(1); return err }, c))
+		expectPayloadsOnce(t, got, "a")
+		e.Advance(2 * time.Hour)
+		must(b.evict())
+		expectCountedOnce(t, e.Queues, 1, 2)
+	})
+}
+
+// The pass runs between a consumer's commit, which delivered a, and its
+// PostCommit: the lease's transaction ended after it wrote, and the state
+// in memory is the one before the commit. The pass must leave the lease to
+// its PostCommit (or a consumer that reads the store, adoptLocked), not
+// take it over as one lost before it wrote: it counted a expired, which
+// the commit delivered, and the PostCommit then left the slot alone (a
+// counted expired, not consumed). Its snapshot ends with it.
+func TestTTLEvictionLeavesUnpublishedCommit(t *testing.T) {
+	forTTLQueue(t, func(t *testing.T, b *Backend, e *queuetest.Env, enqueue func(...string), c queue.Consumer) {
+		must := mustT(t)
+		enqueue("a")
+		enqueue("b")
+		var got []queue.Entry
+		gap := queuetest.SlowPostCommit(c, func() {
+			e.Advance(2 * time.Hour)
+			must(b.evict())
+			if ids := e.Coord.InProgress(); len(ids) != 0 {
+				t.Errorf("transactions %v in progress after the pass, want none (its snapshot ended)", ids)
+			}
+		})
+		must(queuetest.Step(e.Coord, func() (err error) { got, err = c.Dequeue(1); return err }, gap))
+		expectPayloadsOnce(t, got, "a")
+		must(b.evict())
+		expectCountedOnce(t, e.Queues, 1, 2)
+	})
+}
+
+// expectCountedOnce checks that queue q (group g first) holds no event and
+// that each of its events counts once: consumed by g (consumed of them),
+// expired by it, or expired by eviction (QueueInfo.Expired).
+func expectCountedOnce(t *testing.T, qs *queue.Queues, consumed, events int64) {
+	t.Helper()
+	info, err := qs.Info("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := info.Groups[0]; info.Events != 0 || g.Consumed != consumed || g.Consumed+g.Expired+info.Expired != events {
+		t.Fatalf("%d events, %d consumed: depth %d, consumed %d, expired %d by the group and %d by eviction; want 0, %d, and %d counted once in all",
+			events, consumed, info.Events, g.Consumed, g.Expired, info.Expired, consumed, events)
+	}
+}
+
+// forTTLQueue runs fn on the fast path and on the general one, each with
+// queue q (one partition, TTL one hour, FIFO group g of one instance, no
+// background eviction), its enqueue function (fifoQueueConfig) and g's
+// consumer.
+func forTTLQueue(t *testing.T, fn func(t *testing.T, b *Backend, e *queuetest.Env, enqueue func(...string), c queue.Consumer)) {
 	for _, fast := range []bool{true, false} {
 		t.Run(fmt.Sprint("fast=", fast), func(t *testing.T) {
 			b, e := newBackendEnv(t, fast, false, func(o *Options) { o.EvictInterval = -1 })
-			must := mustT(t)
 			enqueue := fifoQueueConfig(t, e.Queues, e.Coord, queue.Config{Partitions: 1, TTL: time.Hour}, 1)
-			enqueue("a", "b")
-			c, _ := e.Queues.Consumer("q", "g", 0)
-			ctx := e.Coord.NewContext(c)
-			lost, err := ctx.Start(time.Minute)
-			must(err)
-			if got, err := c.Dequeue(1); err != nil || len(got) != 1 {
-				t.Fatalf("the consumer to lose got %d entries (%v), want a", len(got), err)
+			c, err := e.Queues.Consumer("q", "g", 0)
+			if err != nil {
+				t.Fatal(err)
 			}
-			must(e.Coord.Invalidate(lost)) // timed out
-			e.Advance(2 * time.Hour)
-			check := func(when string) {
-				t.Helper()
-				must(b.evict())
-				info, err := e.Queues.Info("q")
-				must(err)
-				if g := info.Groups[0]; info.Events != 0 || g.Consumed != 0 || g.Expired+info.Expired != 2 {
-					t.Fatalf("%s: 2 events expired: depth %d, consumed %d, expired %d by the group and %d by eviction; want 0, 0 and 2",
-						when, info.Events, g.Consumed, g.Expired, info.Expired)
-				}
-			}
-			check("lease lost")
-			must(ctx.Abort(nil)) // late
-			check("after the late abort")
-			enqueue("c")
-			expectPayloadsOnce(t, drainConsumer(t, e, c), "c")
+			fn(t, b, e, enqueue, c)
 		})
 	}
 }
