@@ -65,6 +65,13 @@ func (sourceStoppedError) Is(target error) bool { return target == ErrNotRunning
 // input queues, so more instances than partitions would sit idle.
 func (a *App) maxScale(frt *flowletRT) int {
 	m := queue.MaxInstances
+	// An inspection read (enter), as Status's: a Scale after Run returned
+	// (then ErrNotRunning) may come while the store closes.
+	exit, ok := a.queueRead()
+	if !ok {
+		return m
+	}
+	defer exit()
 	for _, q := range frt.fl.Inputs {
 		if info, err := a.st.queues.Info(q); err == nil {
 			m = min(m, info.Config.Partitions)

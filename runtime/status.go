@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/flowrun/flowrun/planner"
+	"github.com/flowrun/flowrun/queue"
 	"github.com/flowrun/flowrun/tx"
 )
 
@@ -158,6 +159,20 @@ func txStatus(s tx.Stats, empty, reads uint64) TxStatus {
 	}
 }
 
+// queueInfos lists every queue for Status, as an inspection read (enter):
+// the listing reads Badger, so a Status in progress (an HTTP request
+// outlasting the server's shutdown) holds up the store's close, and one
+// begun after lists none.
+func (a *App) queueInfos() []queue.QueueInfo {
+	exit, ok := a.queueRead()
+	if !ok {
+		return nil
+	}
+	defer exit()
+	infos, _ := a.st.queues.List()
+	return infos
+}
+
 // Status returns the app's status. It reads every queue's keys to count
 // lag, so call it about once a second, not in a tight loop.
 func (a *App) Status() Status {
@@ -171,8 +186,7 @@ func (a *App) Status() Status {
 	}
 	lag := map[string]int64{} // flowlet → backlog
 	dlq := map[string]int64{}
-	infos, _ := a.st.queues.List()
-	for _, q := range infos {
+	for _, q := range a.queueInfos() {
 		qs := QueueStatus{Name: q.Name, Events: q.Events, Bytes: q.Bytes, Partitions: q.Config.Partitions}
 		switch {
 		case a.plan.Queue(q.Name) != nil:

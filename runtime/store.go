@@ -78,6 +78,24 @@ func (s *store) enter() (exit func(), err error) {
 	}, nil
 }
 
+// queueReadHook, set by tests only, is called by the app's own queue
+// reads (Status, Scale's bound) once they began.
+var queueReadHook func()
+
+// queueRead begins one of the app's own queue reads behind the HTTP API
+// (Status, Scale's bound), which read Badger, as an inspection read
+// (enter): !ok once the store is closing.
+func (a *App) queueRead() (exit func(), ok bool) {
+	exit, err := a.st.enter()
+	if err != nil {
+		return nil, false
+	}
+	if h := queueReadHook; h != nil {
+		h()
+	}
+	return exit, true
+}
+
 // endUse refuses new inspection reads and waits for those in progress.
 func (s *store) endUse() {
 	s.useMu.Lock()
