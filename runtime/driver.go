@@ -374,6 +374,19 @@ func fatalErr(err error) bool {
 	return errors.Is(err, tx.ErrLogFailed) || errors.Is(err, tx.ErrClosed) || errors.Is(err, queue.ErrClosed)
 }
 
+// withSettleErr is an instance's end error with its final settle's: a
+// durability failure shows beside the instance's own error (or its last
+// publish's), not dropped for it.
+func withSettleErr(err, serr error) error {
+	switch {
+	case serr == nil:
+		return err
+	case err == nil:
+		return serr
+	}
+	return errors.Join(err, serr)
+}
+
 // run drives the instance until ctx is done (or the source ended).
 func (in *instance) run(ctx context.Context) (err error) {
 	in.activate()                // startLocked did, before the goroutine
@@ -382,9 +395,7 @@ func (in *instance) run(ctx context.Context) (err error) {
 	defer func() {
 		// Whatever ended the instance, its commits are durable before it
 		// counts as stopped.
-		if serr := in.settle(); err == nil {
-			err = serr
-		}
+		err = withSettleErr(err, in.settle())
 	}()
 	if in.pub != nil {
 		if err := in.publish(ctx); err != nil {

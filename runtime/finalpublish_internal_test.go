@@ -68,3 +68,23 @@ connections:
 		t.Fatalf("run: %v, want the last publish's failure", err)
 	}
 }
+
+// TestSettleErrorKeptBesideOwn: an instance whose last publish (or own
+// step) failed and whose final settle then failed too ends with both
+// errors; the settle's, which says commits may not be on disk, was
+// dropped for the first.
+func TestSettleErrorKeptBesideOwn(t *testing.T) {
+	own, sync := errors.New("publish refused (test)"), errors.New("sync failed (test)")
+	if err := withSettleErr(own, sync); !errors.Is(err, own) || !errors.Is(err, sync) {
+		t.Errorf("both failed: %v, want both", err)
+	}
+	if err := withSettleErr(nil, sync); err != sync {
+		t.Errorf("settle failed: %v, want %v", err, sync)
+	}
+	if err := withSettleErr(own, nil); err != own {
+		t.Errorf("own failed: %v, want %v", err, own)
+	}
+	if err := withSettleErr(nil, nil); err != nil {
+		t.Errorf("none failed: %v", err)
+	}
+}
