@@ -79,15 +79,15 @@ func checkDiskSpace(dir string, reserve int64) error {
 		ErrDiskSpace, dir, free>>20, reserve>>20)
 }
 
-// diskRoomAtStop reports whether a last step of a StopDrainer, which needs
-// up to need bytes, is to run: always, unless the run stops on a nearly
-// full disk and the file system has less than need free.
-func (a *App) diskRoomAtStop(need int64) bool {
+// diskRoomAtStop reports whether a last step of a StopDrainer is to run:
+// always, unless the run stops on a nearly full disk and the file system
+// has less than stopDrainFree free.
+func (a *App) diskRoomAtStop() bool {
 	if !a.diskStop.Load() {
 		return true
 	}
 	free, _, err := freeBytes(a.opts.DataDir)
-	return err != nil || free >= need // a file system that cannot say is not refused
+	return err != nil || free >= stopDrainFree // a file system that cannot say is not refused
 }
 
 // watchDiskSpace stops the run (stop) with ErrDiskSpace on fatal when the

@@ -539,7 +539,7 @@ func (in *instance) drainAtStop(ctx context.Context) error {
 	in.activate()
 	notCancelled := context.WithoutCancel(ctx)
 	for {
-		if !in.a.diskRoomAtStop(stopDrainFree) {
+		if !in.a.diskRoomAtStop() {
 			in.logger.Error("stopping on a nearly full disk: the source's last steps do not run, for want of room; what it took and did not commit is lost",
 				"need_free_mib", stopDrainFree>>20)
 			return nil

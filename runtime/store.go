@@ -41,19 +41,18 @@ type store struct {
 	// end in an abort by design.
 	reads atomic.Uint64
 
-	// views are the state reads in progress (view), each with the bound
-	// state GC must not pass while it reads (gcHold).
-	viewMu sync.Mutex
-	views  map[*tx.Tx]uint64
-
-	// inUse counts the inspection reads in progress (enter), which close
-	// waits for: a read of a running app's store (the HTTP API's) can
-	// outlast the server's shutdown, and Badger's tables are unmapped by
-	// its close, so a read going on after it crashes the process.
-	useMu   sync.Mutex
+	// The inspection reads in progress. useMu guards them all.
+	useMu sync.Mutex
+	// inUse counts them (enter), and close waits for them: a read of a
+	// running app's store (the HTTP API's) can outlast the server's
+	// shutdown, and Badger's tables are unmapped by its close, so a read
+	// going on after it crashes the process.
 	useDone *sync.Cond
 	inUse   int
 	closing bool
+	// views are the state reads among them (view), each with the bound
+	// state GC must not pass while it reads (gcHold).
+	views map[*tx.Tx]uint64
 }
 
 // ErrStoreClosed: the app's store is closed (or closing) and can no longer
@@ -116,24 +115,24 @@ func (s *store) endUse() {
 // (viewTimeout): a read that outlived that (a long scan of a running app)
 // read versions GC had folded or deleted since — wrong values.
 func (s *store) holdGC(t *tx.Tx) (release func()) {
-	s.viewMu.Lock()
-	defer s.viewMu.Unlock()
+	s.useMu.Lock()
+	defer s.useMu.Unlock()
 	if s.views == nil {
 		s.views = map[*tx.Tx]uint64{}
 	}
 	s.views[t] = t.FirstInProgress()
 	return func() {
-		s.viewMu.Lock()
+		s.useMu.Lock()
 		delete(s.views, t)
-		s.viewMu.Unlock()
+		s.useMu.Unlock()
 	}
 }
 
 // gcHold is the lowest bound a read in progress holds state GC to (holdGC);
 // 0 if none does.
 func (s *store) gcHold() uint64 {
-	s.viewMu.Lock()
-	defer s.viewMu.Unlock()
+	s.useMu.Lock()
+	defer s.useMu.Unlock()
 	var b uint64
 	for _, h := range s.views {
 		if b == 0 || h < b {

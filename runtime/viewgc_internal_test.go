@@ -89,11 +89,11 @@ func TestViewReleasesGCHold(t *testing.T) {
 func expireReads(t *testing.T, a *App, n int) {
 	t.Helper()
 	var reads []uint64
-	a.st.viewMu.Lock()
+	a.st.useMu.Lock()
 	for v := range a.st.views {
 		reads = append(reads, v.ID)
 	}
-	a.st.viewMu.Unlock()
+	a.st.useMu.Unlock()
 	if len(reads) != n {
 		t.Fatalf("%d state reads in progress (store.views), want %d", len(reads), n)
 	}

@@ -71,7 +71,8 @@ func (c *Coordinator) restore(s *State, edits []Edit) (refused bool) {
 	for _, e := range edits {
 		if endedFirst[e.TxID] && (e.Kind == EditStart || e.Kind == EditCheckpoint || e.Kind == EditCommitting) {
 			// Ended before its START landed: only its pointers count.
-			c.nextPointer = max(c.nextPointer, e.TxID+1, e.Pointer+1)
+			c.bumpPointer(e.TxID)
+			c.bumpPointer(e.Pointer)
 			continue
 		}
 		c.replay(e)
@@ -144,8 +145,12 @@ func endedBeforeStart(edits []Edit) map[uint64]bool {
 	return ended
 }
 
+// bumpPointer keeps the next pointer above p, which a replayed edit shows
+// was handed out.
+func (c *Coordinator) bumpPointer(p uint64) { c.nextPointer = max(c.nextPointer, p+1) }
+
 func (c *Coordinator) replay(e Edit) {
-	bump := func(p uint64) { c.nextPointer = max(c.nextPointer, p+1) }
+	bump := c.bumpPointer
 	if len(e.Pointers) == 0 && (e.Kind == EditCommitted || e.Kind == EditAborted || e.Kind == EditInvalid) {
 		e.Pointers = []uint64{e.TxID}
 	}
