@@ -312,3 +312,32 @@ func TestDidYouMean(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigStringsAreUTF8: a config string that is not UTF-8 text (a
+// !!binary of other bytes, or a variable's value) is an error at the value,
+// as JSON (the form plugins get a config in) cannot carry it: it became
+// U+FFFD in a plugin while an in-process flowlet saw the bytes. !!binary of
+// text stays the text.
+func TestConfigStringsAreUTF8(t *testing.T) {
+	lookup := func(name string) (string, bool) { return "a\xffb", name == "BYTES" }
+	src := "app: x\nflowlets: {a: {type: t, config: {ok: !!binary aGk=, b: !!binary /w==, l: [x, !!binary gA==], e: '${BYTES}'}}}\n"
+	_, err := Parse("x.yaml", []byte(src), Options{LookupEnv: lookup})
+	var list ErrorList
+	if !errors.As(err, &list) {
+		t.Fatalf("got %v, want errors", err)
+	}
+	var got []string
+	for _, e := range list {
+		got = append(got, fmt.Sprintf("%d:%d", e.Line, e.Col))
+		if !strings.Contains(e.Msg, "not UTF-8") {
+			t.Errorf("error %v does not say the value is not UTF-8", e)
+		}
+	}
+	if want := []string{"2:56", "2:78", "2:97"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("errors at %v, want %v:\n%v", got, want, err)
+	}
+	plan, err := Parse("x.yaml", []byte("app: x\nflowlets: {a: {type: t, config: {ok: !!binary aGk=}}}\n"), Options{})
+	if err != nil || plan.Flowlets[0].Config["ok"] != "hi" {
+		t.Errorf("!!binary of text: %v, %v; want \"hi\"", err, plan)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -87,6 +88,14 @@ func (d *decoder) configValue(orig *yaml.Node, active map[*yaml.Node]bool, inAli
 			return nil
 		}
 		switch x := v.(type) {
+		case string:
+			// Text that is not UTF-8 (a !!binary of other bytes, a
+			// variable's value) would reach a plugin as U+FFFD in JSON
+			// while an in-process flowlet saw the bytes.
+			if !utf8.ValidString(x) {
+				d.errs.add(d.pos(n), "config value %q is not UTF-8 text, which JSON (the form plugins get a config in) cannot carry; keep binary data as base64 text (without !!binary) and decode it in the flowlet", x)
+				return nil
+			}
 		case time.Time:
 			// A config has no timestamps (it travels to plugins as JSON);
 			// a date is the text written, as a flowlet reading a string
