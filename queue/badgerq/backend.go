@@ -585,13 +585,25 @@ func (b *Backend) DeleteQueue(name string) error {
 		b.mu.Unlock()
 		return fmt.Errorf("%w: %q", queue.ErrUnknownQueue, name)
 	}
-	delete(b.queues, name)
-	b.mu.Unlock()
+	// Marked deleted before its metadata goes: AddGroup, RemoveGroup and
+	// the reassignments write the metadata under q.mu only while it is
+	// not (lockQueue), else one that had looked the queue up before wrote
+	// it back, over a queue created again under the name.
 	q.mu.Lock()
 	q.deleted = true
 	q.dead.Store(true)
 	q.mu.Unlock()
-	if err := b.db.Update(func(txn *badger.Txn) error { return txn.Delete(metaKey(name)) }); err != nil {
+	// The name is free for CreateQueue (under b.mu) only once the old
+	// metadata is gone: freed first, a queue created again in between had
+	// its new metadata deleted here, and after a restart its entries were
+	// dropped as orphans (TestDeleteQueueKeepsQueueCreatedAgain).
+	err := b.db.Update(func(txn *badger.Txn) error { return txn.Delete(metaKey(name)) })
+	delete(b.queues, name)
+	b.mu.Unlock()
+	if h := nameFreedTestHook; h != nil {
+		h(name)
+	}
+	if err != nil {
 		return err
 	}
 	if err := b.sync(); err != nil {
@@ -600,7 +612,7 @@ func (b *Backend) DeleteQueue(name string) error {
 	// Queue ids are never reused, so leftovers of a crash here are inert;
 	// Open deletes them (dropOrphans). So does a producer or consumer whose
 	// commit lands after this sweep (PostCommit: it sees dead, set above).
-	err := b.dropQueueKeys(q.id)
+	err = b.dropQueueKeys(q.id)
 	q.signalSpace()
 	q.notify() // waiting consumers find the queue gone
 	return err
@@ -769,11 +781,10 @@ func (b *Backend) deleteEntries(q *queueRT, prefix []byte, keep func(*entryKey, 
 
 // AddGroup implements queue.Backend.
 func (b *Backend) AddGroup(name string, g queue.Group) error {
-	q, err := b.queue(name)
+	q, err := b.lockQueue(name)
 	if err != nil {
 		return err
 	}
-	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.groups[g.Name] != nil {
 		return fmt.Errorf("%w: group %q of queue %q", queue.ErrExists, g.Name, name)
@@ -821,11 +832,10 @@ func (b *Backend) AddGroup(name string, g queue.Group) error {
 
 // RemoveGroup implements queue.Backend.
 func (b *Backend) RemoveGroup(name, group string) error {
-	q, err := b.queue(name)
+	q, err := b.lockQueue(name)
 	if err != nil {
 		return err
 	}
-	q.mu.Lock()
 	g := q.groups[group]
 	if g == nil {
 		q.mu.Unlock()
@@ -869,11 +879,10 @@ func (b *Backend) SetStrategy(name, group string, s queue.Strategy) error {
 // reassign applies change to a group's stored and live metadata and wakes
 // the consumers: its partitions may have changed owners.
 func (b *Backend) reassign(name, group string, change func(*queue.Group)) error {
-	q, err := b.queue(name)
+	q, err := b.lockQueue(name)
 	if err != nil {
 		return err
 	}
-	q.mu.Lock()
 	defer q.mu.Unlock()
 	g := q.groups[group]
 	if g == nil {
@@ -1080,4 +1089,33 @@ func (q *queueRT) signalSpace() {
 func (q *queueRT) wakeLocked() {
 	close(q.space)
 	q.space = make(chan struct{})
+}
+
+// nameFreedTestHook, if set, runs in DeleteQueue once the name is free
+// for CreateQueue (tests: to create the queue again there).
+var nameFreedTestHook func(name string)
+
+// lockQueueTestHook, if set, runs in lockQueue between the lookup and the
+// lock (tests: to delete the queue there).
+var lockQueueTestHook func(name string)
+
+// lockQueue returns queue name with its lock held, for a change of its
+// metadata: ErrUnknownQueue if DeleteQueue marked it deleted after the
+// lookup (it may have been created again under the name since; writing the
+// deleted queue's metadata replaced the new one's:
+// TestAdminOfDeletedQueueLeavesQueueCreatedAgain).
+func (b *Backend) lockQueue(name string) (*queueRT, error) {
+	q, err := b.queue(name)
+	if err != nil {
+		return nil, err
+	}
+	if h := lockQueueTestHook; h != nil {
+		h(name)
+	}
+	q.mu.Lock()
+	if q.deleted {
+		q.mu.Unlock()
+		return nil, fmt.Errorf("%w: %q", queue.ErrUnknownQueue, name)
+	}
+	return q, nil
 }
