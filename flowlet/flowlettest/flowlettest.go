@@ -10,7 +10,9 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
 )
@@ -24,8 +26,10 @@ type Emitted struct {
 
 // Context is a fake flowlet.Context. It is always inside a step: writes and
 // emits are pending until Commit, and Abort drops them. Process, Generate
-// and Tick run a whole step and commit or abort it by the flowlet's result.
-// It is not safe for concurrent use.
+// and Tick run a whole step and commit or abort it by the flowlet's result;
+// the flowlet gets a Context of its own for each call, as in the runtime
+// (see call). The methods of Context itself are not safe for concurrent
+// use.
 type Context struct {
 	context.Context
 	name                string
@@ -221,21 +225,55 @@ func (c *Context) Init(f flowlet.Flowlet, config map[string]any) error {
 
 // Process runs one step over evs, as the runtime does: ProcessBatch when f
 // has it, else Process for each event. The step commits when f returns nil
-// and aborts otherwise.
+// and aborts otherwise. f gets copies of the events' payloads (and keys):
+// changing them does not change evs, and once the step has ended they are
+// overwritten, as a plugin's are by its next batch, so a flowlet that keeps
+// a payload instead of copying it finds out in its tests.
 func (c *Context) Process(f flowlet.Flowlet, evs ...flowlet.Event) error {
-	if b, ok := f.(flowlet.BatchProcessor); ok {
-		return c.end(b.ProcessBatch(c, evs))
-	}
-	p, ok := f.(flowlet.Processor)
-	if !ok {
+	b, batch := f.(flowlet.BatchProcessor)
+	p, single := f.(flowlet.Processor)
+	if !batch && !single {
 		return fmt.Errorf("flowlettest: %T implements neither Process nor ProcessBatch", f)
 	}
-	for _, ev := range evs {
-		if err := p.Process(c, ev); err != nil {
+	own, buf := copyEvents(evs)
+	defer scribble(buf)
+	if batch {
+		return c.end(c.call(func(ctx flowlet.Context) error { return b.ProcessBatch(ctx, own) }))
+	}
+	for _, ev := range own {
+		if err := c.call(func(ctx flowlet.Context) error { return p.Process(ctx, ev) }); err != nil {
 			return c.end(err)
 		}
 	}
 	return c.end(nil)
+}
+
+// copyEvents copies the payloads of evs into one buffer, and their keys.
+func copyEvents(evs []flowlet.Event) ([]flowlet.Event, []byte) {
+	n := 0
+	for _, ev := range evs {
+		n += len(ev.Payload)
+	}
+	buf := make([]byte, 0, n)
+	own := make([]flowlet.Event, len(evs))
+	for i, ev := range evs {
+		start := len(buf)
+		buf = append(buf, ev.Payload...)
+		if ev.Payload != nil {
+			ev.Payload = buf[start:len(buf):len(buf)]
+		}
+		ev.Keys = slices.Clone(ev.Keys)
+		own[i] = ev
+	}
+	return own, buf
+}
+
+// scribble overwrites a step's payloads once it ended.
+func scribble(buf []byte) {
+	const mark = "[payload kept past its step]"
+	for i := range buf {
+		buf[i] = mark[i%len(mark)]
+	}
 }
 
 // Generate runs one step of a Source. ErrIdle and ErrEndOfInput commit.
@@ -244,7 +282,7 @@ func (c *Context) Generate(f flowlet.Flowlet) error {
 	if !ok {
 		return fmt.Errorf("flowlettest: %T does not implement Generate", f)
 	}
-	err := s.Generate(c)
+	err := c.call(s.Generate)
 	if isEndOrIdle(err) && c.callErr == nil {
 		c.Commit()
 		return err
@@ -265,7 +303,7 @@ func (c *Context) Tick(f flowlet.Flowlet) error {
 	if !ok {
 		return fmt.Errorf("flowlettest: %T does not implement Tick", f)
 	}
-	return c.end(t.Tick(c))
+	return c.end(c.call(t.Tick))
 }
 
 // Emitted returns every event emitted by committed steps, in order.
@@ -523,3 +561,211 @@ func (it *iter) Value() []byte { return it.cur().value }
 func (it *iter) Count() int64  { return it.cur().count }
 func (it *iter) Err() error    { return it.err }
 func (it *iter) Close() error  { return nil }
+
+// call runs fn with a Context of its own (a callCtx) and ends that Context
+// when fn returns.
+func (c *Context) call(fn func(flowlet.Context) error) error {
+	h := &callCtx{c: c}
+	defer h.end()
+	return fn(h)
+}
+
+// callCtx is the flowlet.Context of one Process, ProcessBatch, Generate or
+// Tick call, as the runtime's: goroutines of the call may use it (its calls
+// are serialized), and once the call returned it answers
+// flowlet.ErrStepEnded, as do the tables, counters and iterators it gave
+// out, and its context.Context is done; nothing reaches a later step.
+type callCtx struct {
+	c     *Context
+	mu    sync.Mutex
+	ended bool
+}
+
+var _ flowlet.Context = (*callCtx)(nil)
+
+// lock locks h and reports whether its call is still running; if not, h is
+// left unlocked.
+func (h *callCtx) lock() bool {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+func (h *callCtx) end() {
+	h.mu.Lock()
+	h.ended = true
+	h.mu.Unlock()
+}
+
+// endedContext is the context.Context of an ended call: done, with the
+// cause flowlet.ErrStepEnded, as in the runtime.
+var endedContext = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(flowlet.ErrStepEnded)
+	return ctx
+}()
+
+func (h *callCtx) ctx() context.Context {
+	if !h.lock() {
+		return endedContext
+	}
+	defer h.mu.Unlock()
+	return h.c.Context
+}
+
+func (h *callCtx) Deadline() (time.Time, bool) { return h.ctx().Deadline() }
+func (h *callCtx) Done() <-chan struct{}       { return h.ctx().Done() }
+func (h *callCtx) Err() error                  { return h.ctx().Err() }
+func (h *callCtx) Value(key any) any           { return h.ctx().Value(key) }
+func (h *callCtx) Name() string                { return h.c.Name() }
+func (h *callCtx) Instance() int               { return h.c.Instance() }
+func (h *callCtx) Instances() int              { return h.c.Instances() }
+func (h *callCtx) Logger() *slog.Logger        { return h.c.Logger() }
+
+// Emit implements flowlet.Context.
+func (h *callCtx) Emit(output string, payload []byte, opts ...flowlet.EmitOption) error {
+	if !h.lock() {
+		return flowlet.ErrStepEnded
+	}
+	defer h.mu.Unlock()
+	return h.c.Emit(output, payload, opts...)
+}
+
+// DeadLetter is Context.DeadLetter, for the call.
+func (h *callCtx) DeadLetter(payload []byte, reason string) error {
+	if !h.lock() {
+		return flowlet.ErrStepEnded
+	}
+	defer h.mu.Unlock()
+	return h.c.DeadLetter(payload, reason)
+}
+
+// DeadLetterEvent is Context.DeadLetterEvent, for the call.
+func (h *callCtx) DeadLetterEvent(ev flowlet.Event, reason string) error {
+	if !h.lock() {
+		return flowlet.ErrStepEnded
+	}
+	defer h.mu.Unlock()
+	return h.c.DeadLetterEvent(ev, reason)
+}
+
+// State implements flowlet.Context.
+func (h *callCtx) State(name string) flowlet.Table {
+	if !h.lock() {
+		return callTable{h: h}
+	}
+	defer h.mu.Unlock()
+	return callTable{h, h.c.State(name).(*table)}
+}
+
+// Counters implements flowlet.Context.
+func (h *callCtx) Counters(name string) flowlet.Counters {
+	if !h.lock() {
+		return callCounters{h: h}
+	}
+	defer h.mu.Unlock()
+	return callCounters{h, h.c.Counters(name).(*counters)}
+}
+
+// callTable is a table as a call sees it.
+type callTable struct {
+	h *callCtx
+	t *table // nil: the call had ended
+}
+
+func (v callTable) Get(key []byte) ([]byte, bool, error) {
+	if !v.h.lock() {
+		return nil, false, flowlet.ErrStepEnded
+	}
+	defer v.h.mu.Unlock()
+	return v.t.Get(key)
+}
+
+func (v callTable) Put(key, value []byte) error {
+	if !v.h.lock() {
+		return flowlet.ErrStepEnded
+	}
+	defer v.h.mu.Unlock()
+	return v.t.Put(key, value)
+}
+
+func (v callTable) Delete(key []byte) error {
+	if !v.h.lock() {
+		return flowlet.ErrStepEnded
+	}
+	defer v.h.mu.Unlock()
+	return v.t.Delete(key)
+}
+
+func (v callTable) Scan(o flowlet.ScanOptions) flowlet.Iterator {
+	if !v.h.lock() {
+		return &callIter{h: v.h, it: &iter{}, err: flowlet.ErrStepEnded}
+	}
+	defer v.h.mu.Unlock()
+	return &callIter{h: v.h, it: v.t.Scan(o).(*iter)}
+}
+
+// callCounters is a counter table as a call sees it.
+type callCounters struct {
+	h *callCtx
+	n *counters // nil: the call had ended
+}
+
+func (v callCounters) Add(key []byte, delta int64) error {
+	if !v.h.lock() {
+		return flowlet.ErrStepEnded
+	}
+	defer v.h.mu.Unlock()
+	return v.n.Add(key, delta)
+}
+
+func (v callCounters) Get(key []byte) (int64, error) {
+	if !v.h.lock() {
+		return 0, flowlet.ErrStepEnded
+	}
+	defer v.h.mu.Unlock()
+	return v.n.Get(key)
+}
+
+func (v callCounters) Scan(o flowlet.ScanOptions) flowlet.CounterIterator {
+	if !v.h.lock() {
+		return &callIter{h: v.h, it: &iter{}, err: flowlet.ErrStepEnded}
+	}
+	defer v.h.mu.Unlock()
+	return &callIter{h: v.h, it: v.n.Scan(o).(*iter)}
+}
+
+// callIter is an iterator of a call: it ends with ErrStepEnded once the call
+// has ended.
+type callIter struct {
+	h   *callCtx
+	it  *iter
+	err error
+}
+
+func (c *callIter) Next() bool {
+	if c.err != nil {
+		return false
+	}
+	if !c.h.lock() {
+		c.err = flowlet.ErrStepEnded
+		return false
+	}
+	defer c.h.mu.Unlock()
+	return c.it.Next()
+}
+
+func (c *callIter) Key() []byte   { return c.it.Key() }
+func (c *callIter) Value() []byte { return c.it.Value() }
+func (c *callIter) Count() int64  { return c.it.Count() }
+func (c *callIter) Close() error  { return c.it.Close() }
+
+func (c *callIter) Err() error {
+	if c.err != nil {
+		return c.err
+	}
+	return c.it.Err()
+}
