@@ -43,11 +43,13 @@ Through Context a step can:
 
 Sources (TypeInfo.Source) implement Generate instead of Process and keep
 their position (a file offset, say) in State, so position and events commit
-together. Ticker's Tick runs every `tick:` interval in a transaction of its
-own: windows close and buffers flush there. Every instance ticks, and
-tables are shared by the instances: a Tick that reports a whole table runs
-once per instance (run one instance, or have each report only what it
-wrote).
+together. Generate returns ErrIdle when nothing is available yet (the
+runtime waits before calling again) and ErrEndOfInput once the input is
+used up (`flowrun run --drain` waits for every source to say so).
+Ticker's Tick runs every `tick:` interval in a transaction of its own:
+windows close and buffers flush there. Every instance ticks, and tables are
+shared by the instances: a Tick that reports a whole table runs once per
+instance (run one instance, or have each report only what it wrote).
 
 An event that must not be retried (malformed input) fails with
 Permanent(err): it goes to the dead-letter queue after that one attempt;

@@ -18,7 +18,10 @@ Plan as read-only. It guarantees that:
   - there is one Queue per producer output that has consumers, and one Group
     per consuming flowlet on that queue;
   - all hash groups of a queue partition by the same key, Queue.Key, which
-    the producer sets on every event it emits on that output.
+    the producer sets on every event it emits on that output;
+  - the connections of one output agree on its queue's partition count
+    (Queue.Partitions, 0 for the default of 64), and no consuming flowlet
+    has more instances than the queue has partitions.
 
 # Usage
 
@@ -39,9 +42,9 @@ Plan as read-only. It guarantees that:
 	fmt.Print(plan.Text())
 
 The file may also pin settings of `flowrun run` in a top-level runtime
-section (HTTP address, memory limit, back-pressure bound, fsync); the plan
-carries them, each with its position, as Plan.Runtime, and the command line
-overrides them.
+section (HTTP address, memory limit, back-pressure bound, fsync, deferred
+commits, step and plugin start timeouts); the plan carries them, each with
+its position, as Plan.Runtime, and the command line overrides them.
 
 Errors from Parse are always an ErrorList of *Error values, each carrying
 file, line and column; use errors.As to get at them.
@@ -57,6 +60,7 @@ from. The full format is specified in specs/app-yaml.md.
 # Files
 
 One concept per file, in pipeline order: parse.go (entry points),
+options.go (Options, TypeInfo),
 yamldoc.go (YAML syntax, documents, syntax-error positions), interpolate.go
 (${VAR}), decode.go and spec.go (node tree to a typed spec: kinds, unknown
 and duplicate keys), config.go (free-form config to Go values), validate.go

@@ -88,6 +88,9 @@
 //   - ApplyMemoryLimit sets the process's soft memory limit; the default,
 //     DefaultMemoryLimit, is the store's memory budget plus
 //     AppMemoryAllowance.
+//   - Options.MinFreeDisk keeps free space on the store's file system: Open
+//     refuses to start under it, and Run stops with ErrDiskSpace when it
+//     falls under it, before a full disk can crash Badger's writes.
 //   - Status, StepDurations, TxStats and Ready feed runtime/metrics
 //     (Prometheus) and runtime/httpapi (JSON API, health, web UI).
 //
