@@ -15,8 +15,11 @@ import (
 //
 // The embedded context.Context is cancelled when the runtime shuts down or
 // the step's transaction times out; pass it to anything that blocks. A
-// Context is valid only during the call that receives it and must not be
-// used from other goroutines.
+// Context is valid only during the call that receives it: goroutines the
+// call starts may use it until the call returns (their calls are
+// serialized), and afterwards every call answers ErrStepEnded, as do the
+// tables, counters and iterators it gave out. An Iterator itself is for one
+// goroutine.
 type Context interface {
 	context.Context
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
@@ -21,6 +22,10 @@ const scanPage = 512
 // call to call: the response is marshalled before the host can make the
 // next call.
 type stepCtx struct {
+	// mu serializes the calls of goroutines of a step on its Context, as
+	// the runtime's does (they tore the buffers below), and their calls
+	// with the step's end.
+	mu sync.Mutex
 	context.Context
 	s      *server
 	callID uint64
@@ -55,6 +60,8 @@ type dleCallCtx struct{ dlCallCtx }
 
 // ctx is the call's context.Context while the call runs, a done one after.
 func (k *callCtx) ctx() context.Context {
+	k.c.mu.Lock()
+	defer k.c.mu.Unlock()
 	if k.c.check(k.seq, nil) != nil {
 		return endedContext
 	}
@@ -75,6 +82,8 @@ func (k *callCtx) Value(key any) any { return k.ctx().Value(key) }
 
 // Emit implements flowlet.Context.
 func (k *callCtx) Emit(output string, payload []byte, opts ...flowlet.EmitOption) error {
+	k.c.mu.Lock()
+	defer k.c.mu.Unlock()
 	if err := k.c.check(k.seq, nil); err != nil {
 		return err
 	}
@@ -103,6 +112,8 @@ func (k *callCtx) Logger() *slog.Logger { return k.c.s.logger }
 // transaction, with reason (the runtime's optional Context method).
 func (k *dlCallCtx) DeadLetter(payload []byte, reason string) error {
 	c := k.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err := c.check(k.seq, nil); err != nil {
 		return err
 	}
@@ -116,6 +127,8 @@ func (k *dlCallCtx) DeadLetter(payload []byte, reason string) error {
 // it. ev must be one of the step's events (matched by input and id).
 func (k *dleCallCtx) DeadLetterEvent(ev flowlet.Event, reason string) error {
 	c := k.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err := c.check(k.seq, nil); err != nil {
 		return err
 	}
@@ -138,6 +151,8 @@ var (
 )
 
 func (c *stepCtx) reset(ctx context.Context, id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.Context, c.callID, c.ended = ctx, id, false
 	c.seq++
 	c.writes, c.dead, c.failed = nil, nil, nil
@@ -154,6 +169,8 @@ func (c *stepCtx) reset(ctx context.Context, id uint64) {
 
 // response is the call's response; it is valid until the next call.
 func (c *stepCtx) response(err error) *pb.StepResponse {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	// An idle or ended Generate commits, but not over a failed call.
 	if c.failed != nil && (err == nil || errors.Is(err, flowlet.ErrIdle) || errors.Is(err, flowlet.ErrEndOfInput)) {
 		err = fmt.Errorf("a state call failed: %w", c.failed)
@@ -287,6 +304,8 @@ type table struct {
 }
 
 func (t table) Get(key []byte) ([]byte, bool, error) {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
 	if err := t.c.checkState(t.id, "table", t.name, key); err != nil {
 		return nil, false, err
 	}
@@ -302,6 +321,8 @@ func (t table) Get(key []byte) ([]byte, bool, error) {
 }
 
 func (t table) Put(key, value []byte) error {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
 	if err := t.c.checkState(t.id, "table", t.name, key); err != nil {
 		return err
 	}
@@ -314,6 +335,8 @@ func (t table) Put(key, value []byte) error {
 }
 
 func (t table) Delete(key []byte) error {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
 	if err := t.c.checkState(t.id, "table", t.name, key); err != nil {
 		return err
 	}
@@ -332,6 +355,8 @@ type counters struct {
 }
 
 func (n counters) Add(key []byte, delta int64) error {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
 	if err := n.c.checkState(n.id, "counters", n.name, key); err != nil {
 		return err
 	}
@@ -340,6 +365,8 @@ func (n counters) Add(key []byte, delta int64) error {
 }
 
 func (n counters) Get(key []byte) (int64, error) {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
 	if err := n.c.checkState(n.id, "counters", n.name, key); err != nil {
 		return 0, err
 	}
@@ -412,6 +439,8 @@ func (it *iter) fetch() bool {
 }
 
 func (it *iter) Next() bool {
+	it.c.mu.Lock()
+	defer it.c.mu.Unlock()
 	if it.err == nil {
 		it.err = it.c.check(it.id, nil)
 	}

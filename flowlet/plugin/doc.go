@@ -32,6 +32,8 @@
 // panic in flowlet code is recovered and fails the step, as in the runtime.
 // A crash or a hang of the process fails the step too; the host restarts the
 // process (and calls Init again) before the next step.
+// Goroutines a call starts may use its Context until it returns (their
+// calls are serialized, as in the runtime).
 //
 // The flowlet.TypeInfo given to Serve travels to the host, SingleInstance
 // included. A type that implements flowlet.ConfigChecker has its config

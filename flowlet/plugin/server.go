@@ -181,9 +181,10 @@ func (s *server) ProcessBatch(ctx context.Context, req *pb.BatchRequest) (*pb.St
 	default:
 		return nil, status.Error(codes.Unimplemented, "flowrun plugin: the flowlet implements neither Process nor ProcessBatch")
 	}
-	clear(s.evs) // drop references to the request
+	r := s.sc.response(err) // first: it ends the Context (DeadLetterEvent reads s.evs)
+	clear(s.evs)            // drop references to the request
 	s.evs = s.evs[:0]
-	return s.sc.response(err), nil
+	return r, nil
 }
 
 // unpack appends the events of a packed batch to s.evs. Payloads are
