@@ -144,10 +144,14 @@ func (o ScanOptions) Match(key []byte) bool {
 // an error fails the event (or step), as a failed call does, even if Err
 // is not checked.
 type Iterator interface {
+	// Next moves to the next entry and reports whether there is one.
 	Next() bool
+	// Key and Value are the current entry's (nil before the first Next).
 	Key() []byte
 	Value() []byte
+	// Err is what ended the scan early, nil when it ran to its end.
 	Err() error
+	// Close releases the scan.
 	Close() error
 }
 
@@ -159,13 +163,18 @@ type Iterator interface {
 // every read whatever order the increments are summed in. As for a Table, a
 // call that fails fails the event (or step), even if its error is ignored.
 type Counters interface {
+	// Add adds delta (negative to subtract) to the counter of key; a
+	// counter never added to is 0.
 	Add(key []byte, delta int64) error
+	// Get returns the counter of key: the committed sum plus the step's
+	// own Adds.
 	Get(key []byte) (int64, error)
 	// Scan visits counters in key order; Value is not used, Count is.
 	Scan(opts ScanOptions) CounterIterator
 }
 
-// CounterIterator walks counters: Key and Count of the current one.
+// CounterIterator walks counters: Key and Count of the current one. Its
+// methods are as Iterator's, with Count for Value.
 type CounterIterator interface {
 	Next() bool
 	Key() []byte

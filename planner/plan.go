@@ -137,11 +137,12 @@ const (
 // DefaultRetry is the retry policy of a flowlet that sets no retries.
 var DefaultRetry = RetryPolicy{Max: 3, Backoff: 10 * time.Millisecond, MaxBackoff: time.Second}
 
-// QueueName is the name of the queue behind a producer's output.
 // ReservedOutputs are output names the runtime uses itself: "<flowlet>.dlq"
 // holds a flowlet's dead letters and "<flowlet>.dlq-replay" feeds them back.
 var ReservedOutputs = []string{"dlq", "dlq-replay"}
 
+// QueueName is the name of the queue behind a producer's output,
+// "<producer>.<output>".
 func QueueName(producer, output string) string { return producer + "." + output }
 
 // Flowlet returns the flowlet called name, or nil.
