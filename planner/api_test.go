@@ -341,3 +341,35 @@ func TestConfigStringsAreUTF8(t *testing.T) {
 		t.Errorf("!!binary of text: %v, %v; want \"hi\"", err, plan)
 	}
 }
+
+// TestSuggestionsBounded: each unknown flowlet in a connection was compared
+// with every flowlet's name for its "did you mean", so a file of n flowlets
+// and n misspelt references took n² edit distances (a 320 KB file, 12 s).
+// The comparisons now have a budget: the first references get their hint,
+// every one is still reported, and the work stays linear.
+func TestSuggestionsBounded(t *testing.T) {
+	const n = 2000
+	var b strings.Builder
+	b.WriteString("app: x\nflowlets:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "  f%04d: {type: filter}\n", i)
+	}
+	b.WriteString("connections:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "  - {from: f%04d, to: g%04d}\n", i, i)
+	}
+	_, err := Parse("x.yaml", []byte(b.String()), testOptions())
+	var list ErrorList
+	if !errors.As(err, &list) || len(list) != n {
+		t.Fatalf("want %d errors, got %v", n, err)
+	}
+	hints := 0
+	for _, e := range list {
+		if strings.Contains(e.Msg, "did you mean") {
+			hints++
+		}
+	}
+	if !strings.Contains(list[0].Msg, `did you mean "f0000"?`) || hints > maxSuggestWork/n {
+		t.Errorf("%d of %d errors have a hint, want the first and at most %d; first: %v", hints, n, maxSuggestWork/n, list[0])
+	}
+}

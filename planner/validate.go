@@ -49,10 +49,18 @@ type validator struct {
 	errs     *errorSink
 	flowlets map[string]*flowletSpec
 	names    []string // flowlet names in file order, for suggestions
+	// suggestWork is what is left of maxSuggestWork.
+	suggestWork int
 }
 
+// maxSuggestWork bounds the names compared for "did you mean" hints on
+// unknown flowlets: each compares with every flowlet's name, so a file of
+// thousands of flowlets and misspelt references would take quadratic time.
+// Later references are still reported, without a hint.
+const maxSuggestWork = 100_000
+
 func validate(spec *appSpec, types map[string]TypeInfo, errs *errorSink) *graph {
-	v := &validator{types: types, errs: errs, flowlets: map[string]*flowletSpec{}}
+	v := &validator{types: types, errs: errs, flowlets: map[string]*flowletSpec{}, suggestWork: maxSuggestWork}
 	v.checkApp(spec)
 	v.checkRuntime(spec.runtime)
 	for _, f := range spec.flowlets {
@@ -353,7 +361,11 @@ func (v *validator) resolve(name, field string, pos Position) bool {
 	if _, ok := v.flowlets[name]; ok {
 		return true
 	}
-	hint := didYouMean(name, v.names)
+	hint := ""
+	if v.suggestWork >= len(v.names) {
+		v.suggestWork -= len(v.names)
+		hint = didYouMean(name, v.names)
+	}
 	v.errs.add(pos, "unknown flowlet %q in %s%s", name, field, hint)
 	return false
 }
