@@ -373,3 +373,36 @@ func TestSuggestionsBounded(t *testing.T) {
 		t.Errorf("%d of %d errors have a hint, want the first and at most %d; first: %v", hints, n, maxSuggestWork/n, list[0])
 	}
 }
+
+// TestLongCyclesElided: each cycle's error listed its whole path, so n
+// connections closing cycles through a chain of n flowlets made O(n²) bytes
+// of errors (a 240 KB file: 38 MB). A long path is now elided in the
+// middle; a short one is still listed whole (testdata/bad_cycle.yaml).
+func TestLongCyclesElided(t *testing.T) {
+	const n = 1000
+	var b strings.Builder
+	b.WriteString("app: x\nflowlets:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "  f%d: {type: filter}\n", i)
+	}
+	b.WriteString("connections:\n")
+	for i := range n - 1 {
+		fmt.Fprintf(&b, "  - {from: f%d, to: f%d}\n", i, i+1)
+		fmt.Fprintf(&b, "  - {from: f%d.back, to: f0}\n", i+1)
+	}
+	_, err := Parse("x.yaml", []byte(b.String()), testOptions())
+	var list ErrorList
+	if !errors.As(err, &list) || len(list) != n-1 {
+		t.Fatalf("want %d errors, got %d", n-1, len(list))
+	}
+	last := list[len(list)-1].Msg
+	if !strings.Contains(last, ": f0 -> f1 -> ") || !strings.Contains(last, fmt.Sprintf(" -> f%d -> f0;", n-1)) ||
+		!strings.Contains(last, "more flowlets") {
+		t.Errorf("the longest cycle's error does not name its ends and elide the rest: %.300s", last)
+	}
+	for _, e := range list {
+		if len(e.Msg) > 600 {
+			t.Fatalf("an error of %d bytes: %.300s…", len(e.Msg), e.Msg)
+		}
+	}
+}

@@ -426,9 +426,8 @@ func (v *validator) checkAcyclic(flowlets []*flowletSpec, edges []*edge) {
 				for path[start] != e.to {
 					start--
 				}
-				cycle := append(append([]string{}, path[start:]...), e.to)
 				v.errs.add(e.pos, "connection %s -> %s closes a cycle: %s; the graph must be acyclic so that drain terminates and exactly-once accounting is well-defined",
-					QueueName(e.from, e.output), e.to, strings.Join(cycle, " -> "))
+					QueueName(e.from, e.output), e.to, cyclePath(path[start:]))
 			}
 		}
 		path = path[:len(path)-1]
@@ -439,6 +438,20 @@ func (v *validator) checkAcyclic(flowlets []*flowletSpec, edges []*edge) {
 			visit(f.name)
 		}
 	}
+}
+
+// cyclePath writes a cycle through the flowlets of path, back to the
+// first. A long one is elided in the middle: many connections closing
+// cycles through a long chain would otherwise make errors quadratic in the
+// file's size.
+func cyclePath(path []string) string {
+	const head, tail, most = 6, 6, 16
+	names := append(slices.Clip(path), path[0])
+	if len(names) > most {
+		more := fmt.Sprintf("... (%d more flowlets)", len(names)-head-tail)
+		names = append(append(slices.Clip(names[:head]), more), names[len(names)-tail:]...)
+	}
+	return strings.Join(names, " -> ")
 }
 
 func sortedKeys[V any](m map[string]V) []string {
