@@ -40,6 +40,12 @@ func TestBadInputs(t *testing.T) {
 		{"GET", "/api/v1/state/cnt/n?kind=bogus", ``, 400},
 		{"GET", "/api/v1/state/cnt/n?limit=-1", ``, 400},
 		{"GET", "/api/v1/state/cnt/n?key_base64=!!!", ``, 400},
+		// A query that does not parse used to lose its bad parameter
+		// unseen: a key lookup answered a scan of every key, 200.
+		{"GET", "/api/v1/state/cnt/n?key_base64=%zz", ``, 400},
+		{"GET", "/api/v1/state/cnt/n?key=a%", ``, 400},
+		{"GET", "/api/v1/queues/gen.out/tail?partition=%zz", ``, 400},
+		{"POST", "/api/v1/flowlets/cnt/pause?wait=1s;x", ``, 400},
 		{"GET", "/api/v1/state/cnt/nosuchtable", ``, 404},
 		{"GET", "/api/v1/queues/nope/tail", ``, 404},
 		{"GET", "/api/v1/queues/gen.out/tail?n=-1", ``, 400},
@@ -87,6 +93,26 @@ func TestBadInputs(t *testing.T) {
 		}
 		if err := json.Unmarshal(body, &e); err != nil || e.Error == "" {
 			t.Errorf("%s %s: body %q is not a JSON error", c.method, c.path, body)
+		}
+	}
+}
+
+// TestBadNumberNamesParameter: a bad count names its parameter (the
+// answer used to say only "want a number >= 0").
+func TestBadNumberNamesParameter(t *testing.T) {
+	_, ts := startApp(t, httpapi.Config{})
+	for path, name := range map[string]string{
+		"/api/v1/state/cnt/n?limit=-1":           "limit",
+		"/api/v1/queues/gen.out/tail?n=x":        "n",
+		"/api/v1/dlq?limit=99999999999999999999": "limit",
+		"/api/v1/dlq/cnt?limit=-5":               "limit",
+	} {
+		code, body := do(t, "GET", ts.URL+path, "", "")
+		var e struct {
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal(body, &e); err != nil || code != 400 || !strings.HasPrefix(e.Error, name+": ") {
+			t.Errorf("GET %s: %d %s, want 400 with an error beginning %q", path, code, body, name+": ")
 		}
 	}
 }

@@ -59,7 +59,7 @@ func FuzzQueryParams(f *testing.F) {
 		_, _ = queueSelect(r)
 		q := r.URL.Query()
 		for _, name := range []string{"n", "limit"} {
-			if n, err := intParam(q.Get(name), 10); err == nil && n < 0 {
+			if n, err := intParam(q, name, 10); err == nil && n < 0 {
 				t.Fatalf("%s=%q: %d", name, q.Get(name), n)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"reflect"
 	"sort"
 	"strconv"
@@ -228,7 +229,7 @@ func (s *Server) state(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
-	limit, err := intParam(q.Get("limit"), 1000)
+	limit, err := intParam(q, "limit", 1000)
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return
@@ -275,13 +276,16 @@ func bytesParam(q map[string][]string, name string) ([]byte, bool, error) {
 	return nil, false, nil
 }
 
-func intParam(v string, def int) (int, error) {
+// intParam reads the count parameter name of q (def when absent); its
+// error names it.
+func intParam(q url.Values, name string, def int) (int, error) {
+	v := q.Get(name)
 	if v == "" {
 		return def, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("want a number >= 0, got %q", v)
+		return 0, fmt.Errorf("%s: want a number >= 0, got %q", name, v)
 	}
 	return n, nil
 }
@@ -309,7 +313,7 @@ const maxTailScan = 200000
 
 func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 	qn := r.PathValue("queue")
-	n, err := intParam(r.URL.Query().Get("n"), 10)
+	n, err := intParam(r.URL.Query(), "n", 10)
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return
@@ -339,7 +343,7 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 type DeadLetterJSON = runtime.DeadLetterJSON
 
 func (s *Server) dlq(w http.ResponseWriter, r *http.Request) {
-	limit, err := intParam(r.URL.Query().Get("limit"), 100)
+	limit, err := intParam(r.URL.Query(), "limit", 100)
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return

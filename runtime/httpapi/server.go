@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -261,7 +262,22 @@ func (s *Server) routes() http.Handler {
 		}
 		ui.ServeHTTP(w, r)
 	})
-	return s.auth(mux)
+	return s.auth(parsedQuery(mux))
+}
+
+// parsedQuery answers 400 to an API request whose query does not parse (a
+// bad %-escape, a ";"): r.URL.Query() drops such a parameter unseen, and a
+// key lookup (key_base64=%zz) answered a scan of every key.
+func parsedQuery(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
+				writeErr(w, http.StatusBadRequest, fmt.Errorf("query: %v", err))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 const cookieName = "flowrun_token"
