@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"math"
+	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -681,6 +682,15 @@ func (g *globals) dlqCmd() *cobra.Command {
 			inputs := map[string]string{}
 			for _, q := range f.Inputs {
 				inputs[q] = ref.plan.Queue(q).Key
+			}
+			// The replay writes to the store through the file's inputs: not
+			// to a store the app would refuse to run on (another app's,
+			// a wrong --data, or one its queues no longer fit).
+			// (A missing directory: openStore says so, as the other commands do.)
+			if _, err := os.Stat(g.dataDir(ref.name)); err == nil {
+				if _, err := runtime.CheckStore(ref.plan, g.dataDir(ref.name)); err != nil {
+					return &exitError{ExitFailure, fmt.Errorf("%w (nothing was replayed)", err)}
+				}
 			}
 			s, err := g.openStore(ref.name)
 			if err != nil {

@@ -1,0 +1,36 @@
+package cli
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestReplayRefusesOtherAppsStore: dlq replay writes to the store, and
+// given another app's file (a wrong --data) it moved that store's dead
+// letters through the file's inputs, exit 0, where a run refuses the
+// store (runtime.ErrOtherApp). It now refuses too, and changes nothing.
+func TestReplayRefusesOtherAppsStore(t *testing.T) {
+	const graph = `
+flowlets:
+  gen: {type: generator, config: {count: 3}}
+  sink: {type: clitest_reject, retries: {max: 0}}
+connections:
+  - {from: gen, to: sink}
+`
+	_, data := drainedApp(t, "app: one"+graph)
+	other := writeApp(t, t.TempDir(), "other.yaml", "app: two"+graph)
+	code, stdout, stderr := runCLI2(t, "dlq", "replay", "--data", data, other, "sink")
+	if code != ExitFailure || stdout != "" || !strings.Contains(stderr, "another app") {
+		t.Errorf("dlq replay of app two on app one's store: exit %d, want 1 naming the other app\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI2(t, "dlq", "ls", "--data", data, "one", "sink")
+	if code != 0 || strings.Count(stdout, "\n") != 3 {
+		t.Errorf("dlq ls after the refused replay: exit %d, want the 3 dead letters still there\n%s%s", code, stdout, stderr)
+	}
+	// The app's own file replays.
+	own := writeApp(t, filepath.Dir(other), "one.yaml", "app: one"+graph)
+	if code, out := runCLI(t, "dlq", "replay", "--data", data, own, "sink"); code != 0 || !strings.Contains(out, "replayed 3") {
+		t.Errorf("dlq replay of its own app: exit %d\n%s", code, out)
+	}
+}
