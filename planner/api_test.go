@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -403,6 +404,42 @@ func TestLongCyclesElided(t *testing.T) {
 	for _, e := range list {
 		if len(e.Msg) > 600 {
 			t.Fatalf("an error of %d bytes: %.300s…", len(e.Msg), e.Msg)
+		}
+	}
+}
+
+// TestSharedConfigCostsOnce: what one more flowlet sharing a large config
+// through an alias costs is bounded by its own text. Past the alias budget
+// each such flowlet still walked the shared config (twice: converting it
+// to nothing, then looking for failed interpolations), and a flowlet
+// defined as an alias of a whole definition (f: *def) converted its config
+// outside the budget: a 105 KB file of 400 of them planned, allocating
+// 4.5 GB for 20 million config values.
+func TestSharedConfigCostsOnce(t *testing.T) {
+	list := "[" + strings.Repeat("1, ", 20_000) + "1]"
+	for name, tc := range map[string]struct{ anchor, flowlet string }{
+		"config: *b": {"x-b: &b {l: " + list + "}", "{type: filter, config: *b}"},
+		"f: *def":    {"x-def: &def {type: filter, config: {l: " + list + "}}", "*def"},
+	} {
+		parse := func(n int) (allocated uint64) {
+			var b strings.Builder
+			b.WriteString("app: x\n" + tc.anchor + "\nflowlets:\n")
+			for i := range n {
+				fmt.Fprintf(&b, "  f%d: %s\n", i, tc.flowlet)
+			}
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := Parse("x.yaml", []byte(b.String()), testOptions())
+			runtime.ReadMemStats(&after)
+			if err == nil || !strings.Contains(err.Error(), "config aliases expand to more than") {
+				t.Errorf("%s, %d flowlets: %.200v; want the alias budget's error", name, n, err)
+			}
+			return after.TotalAlloc - before.TotalAlloc
+		}
+		const n = 20
+		small, large := parse(n), parse(2*n)
+		if per := (int64(large) - int64(small)) / n; per > 64<<10 {
+			t.Errorf("%s: each flowlet past the budget allocates %d bytes, want at most 64 KiB", name, per)
 		}
 	}
 }

@@ -20,6 +20,9 @@ import (
 func (d *decoder) configMap(n *yaml.Node, active map[*yaml.Node]bool, inAlias bool) map[string]any {
 	n = deref(n)
 	m := map[string]any{}
+	if inAlias && d.aliasBudget < 0 {
+		return m // past the budget (reported): a shared mapping is not walked again
+	}
 	active[n] = true
 	d.eachPair(n, "in config", nil, func(key string, _, v *yaml.Node) {
 		m[key] = d.configValue(v, active, inAlias)

@@ -119,6 +119,9 @@ func (d *decoder) decodeApp(root *yaml.Node) *appSpec {
 func (d *decoder) decodeFlowlet(name string, k, v *yaml.Node) *flowletSpec {
 	f := &flowletSpec{name: name, pos: d.pos(k), config: map[string]any{}}
 	where := fmt.Sprintf("in flowlet %q", name)
+	// A flowlet that is an alias of a definition (b: *a) copies its
+	// config: that counts against the alias budget as config aliases do.
+	inAlias := deref(v) != v
 	if !d.mapping(v, fmt.Sprintf("flowlet %q", name)) {
 		f.bad = true
 		return f
@@ -152,8 +155,13 @@ func (d *decoder) decodeFlowlet(name string, k, v *yaml.Node) *flowletSpec {
 			f.configPos = d.pos(kn)
 			if d.mapping(v, "config") {
 				before := len(d.errs.list)
-				f.config = d.configMap(v, map[*yaml.Node]bool{}, deref(v) != v)
-				f.configBad = len(d.errs.list) > before || d.hasBroken(v, map[*yaml.Node]bool{})
+				f.config = d.configMap(v, map[*yaml.Node]bool{}, inAlias || deref(v) != v)
+				// Past the alias budget the config is incomplete, and walking
+				// a shared one again for each flowlet would be quadratic.
+				f.configBad = len(d.errs.list) > before || d.aliasBudget < 0 || d.hasBroken(v, map[*yaml.Node]bool{})
+				if f.configBad {
+					return // no CheckConfig, so no key positions
+				}
 				f.configKeys = map[string]Position{}
 				m := deref(v)
 				for i := 0; i+1 < len(m.Content); i += 2 {
