@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/planner"
+	"github.com/flowrun/flowrun/queue"
 	"github.com/flowrun/flowrun/runtime"
 )
 
@@ -583,7 +585,7 @@ func (g *globals) queueCmd() *cobra.Command {
 			}
 			es, truncated, err := s.TailBounded(args[1], key, n, 0, runtime.MaxListBytes, sel)
 			if err != nil {
-				return &exitError{ExitFailure, err}
+				return tailErr(s, ref.name, args[1], parts, err)
 			}
 			if truncated {
 				fmt.Fprintf(g.stderr, "listing truncated at %d MiB: the newest %d entries that fit; select fewer with -n, --partition, --from/--to or --since/--until\n", runtime.MaxListBytes>>20, len(es))
@@ -716,6 +718,31 @@ func (g *globals) dlqCmd() *cobra.Command {
 	g.addJSON(replay)
 	c.AddCommand(ls, replay)
 	return c
+}
+
+// tailErr explains a failed queue tail: an unknown queue with the app's
+// queues, a partition the queue does not have as a bad --partition (exit
+// 2, as the HTTP API's 400), with its partition count.
+func tailErr(s *runtime.Store, app, qn string, parts []int, err error) error {
+	unknown := errors.Is(err, queue.ErrUnknownQueue)
+	if !unknown && (len(parts) == 0 || !errors.Is(err, queue.ErrBadConfig)) {
+		return &exitError{ExitFailure, err}
+	}
+	qs, lerr := s.QueueList()
+	if lerr != nil {
+		return &exitError{ExitFailure, err}
+	}
+	var names []string
+	for _, q := range qs {
+		if q.Name == qn && !unknown {
+			return &exitError{ExitUsage, fmt.Errorf("--partition: %s (queue %q has %d partitions)", strings.TrimPrefix(err.Error(), queue.ErrBadConfig.Error()+": "), qn, q.Partitions)}
+		}
+		names = append(names, q.Name)
+	}
+	if !unknown {
+		return &exitError{ExitFailure, err}
+	}
+	return &exitError{ExitFailure, fmt.Errorf("app %q has no queue %q (queues: %s)", app, qn, strings.Join(names, ", "))}
 }
 
 // entryPointer reads --from/--to (runtime.ParsePointer).
