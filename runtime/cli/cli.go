@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -211,15 +212,30 @@ type appRef struct {
 
 func resolveApp(arg string) (appRef, error) {
 	ext := filepath.Ext(arg)
-	if fi, err := os.Stat(arg); (err == nil && !fi.IsDir()) || ext == ".yaml" || ext == ".yml" {
+	fi, err := os.Stat(arg)
+	if (err == nil && !fi.IsDir()) || ext == ".yaml" || ext == ".yml" {
 		p, err := parsePlan(arg)
 		if err != nil {
 			return appRef{}, err
 		}
 		return appRef{name: p.App, plan: p}, nil
 	}
+	// A name is joined to .flowrun/: "../x" named the directory x (an empty
+	// one became a store), a misspelled file a store that does not exist.
+	if !appNameRE.MatchString(arg) {
+		what := "no such file"
+		if err == nil {
+			what = "a directory"
+		}
+		return appRef{}, &exitError{ExitFailure, fmt.Errorf("%q is neither an app file (%s) nor an app name (%s)", arg, what, appNameRule)}
+	}
 	return appRef{name: arg}, nil
 }
+
+// appNameRule is the planner's rule for app names (specs/app-yaml.md, Names).
+const appNameRule = "[a-z0-9][a-z0-9_-]{0,62}"
+
+var appNameRE = regexp.MustCompile("^" + appNameRule + "$")
 
 func (g *globals) dataDir(app string) string {
 	if g.data != "" {
