@@ -443,3 +443,16 @@ func TestSharedConfigCostsOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestIntegerOutOfRange: an integer field beyond int said "must be an
+// integer", which it is; it now says the value is out of range.
+func TestIntegerOutOfRange(t *testing.T) {
+	src := "app: x\nflowlets: {a: {type: t, instances: 99999999999999999999, batch_size: -99999999999999999999}}\nruntime: {max_backlog: 99999999999999999999}\n"
+	_, err := Parse("x.yaml", []byte(src), Options{})
+	want := "x.yaml:2:36: instances 99999999999999999999 is out of range\n" +
+		"x.yaml:2:70: batch_size -99999999999999999999 is out of range\n" +
+		"x.yaml:3:24: runtime.max_backlog 99999999999999999999 is out of range"
+	if fmt.Sprint(err) != want {
+		t.Errorf("got\n%v\nwant\n%s", err, want)
+	}
+}

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -246,6 +247,11 @@ func parseField[T any](d *decoder, n *yaml.Node, what string, parse func(string)
 		return f
 	}
 	v, err := parse(text.val)
+	if errors.Is(err, strconv.ErrRange) {
+		d.errs.add(f.pos, "%s %s is out of range", what, strings.TrimSpace(text.val))
+		f.bad = true
+		return f
+	}
 	if err != nil {
 		d.errs.add(f.pos, "%s must be %s, got %q", what, want, text.val)
 		f.bad = true

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzParse checks that no input makes Parse panic or break its contract:
@@ -29,6 +30,9 @@ func FuzzParse(f *testing.F) {
 		"app: ${", "app: $${X}", "\t", "- - -", "? [a]\n: b",
 		"{app: x, flowlets: {a: {type: filter, config: {d: 2024-01-31, n: .nan}}}}",
 		"{app: x, flowlets: {a: {type: filter, config: {u: 18446744073709551615, d: 2024-01-31}}}}",
+		"{app: x, flowlets: {a: {type: filter, config: {b: !!binary /w==, t: !!binary aGk=}}}}",
+		"{app: x, x-d: &d {type: filter, config: {l: &l [1, 2]}}, flowlets: {a: *d, b: *d, c: {type: filter, config: {m: *l}}}}",
+		"app: x\nflowlets: {a: {type: t}, b: {type: t}, c: {type: t}}\nconnections: [{from: a, to: b}, {from: b, to: c}, {from: c.x, to: a}, {from: c, to: d}]\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -121,7 +125,11 @@ func checkPlan(t *testing.T, plan *Plan) {
 func checkConfigValue(t *testing.T, v any) {
 	t.Helper()
 	switch v := v.(type) {
-	case nil, string, int, float64, bool:
+	case string:
+		if !utf8.ValidString(v) {
+			t.Fatalf("config string %q is not UTF-8", v)
+		}
+	case nil, int, float64, bool:
 	case map[string]any:
 		for _, x := range v {
 			checkConfigValue(t, x)
