@@ -33,7 +33,7 @@ type stepCtx struct {
 	packed pb.PackedEmits
 	writes []*pb.StateOp
 	dead   []*pb.DeadLetter
-	failed error // a state call failed: the step must fail even if the flowlet ignores it
+	failed error // a state call or emit failed: the step must fail even if the flowlet ignores it
 	ended  bool  // the call returned: the flowlet kept the Context too long
 	keyed  bool  // some emit of the call has keys (key_counts is filled)
 	headed bool  // some emit has a header (event time, trace id, priority)
@@ -173,7 +173,7 @@ func (c *stepCtx) response(err error) *pb.StepResponse {
 	defer c.mu.Unlock()
 	// An idle or ended Generate commits, but not over a failed call.
 	if c.failed != nil && (err == nil || errors.Is(err, flowlet.ErrIdle) || errors.Is(err, flowlet.ErrEndOfInput)) {
-		err = fmt.Errorf("a state call failed: %w", c.failed)
+		err = fmt.Errorf("a call of the step failed: %w", c.failed)
 	}
 	r := &c.resp
 	*r = pb.StepResponse{Error: wireError(err)}
@@ -201,6 +201,15 @@ const maxKeptBuffer = 8 << 20
 
 // emit packs an emit of the call.
 func (c *stepCtx) emit(output string, payload []byte, opts []flowlet.EmitOption) error {
+	o := &c.opts
+	if len(opts) > 0 {
+		o.Resolve(opts)
+		if t := o.EventTime; !t.IsZero() && (t.UnixNano() == 0 || !time.Unix(0, t.UnixNano()).Equal(t)) {
+			// The wire's int64 nanoseconds, 0 for none, would drop or
+			// garble it; refused, as the host refuses what it cannot take.
+			return c.fail(fmt.Errorf("flowrun plugin: emit on %q: event time %v cannot travel to the host, which takes 1678-2262 except the Unix epoch itself", output, t))
+		}
+	}
 	p := &c.packed
 	n := len(p.OutputIndex)
 	p.OutputIndex = append(p.OutputIndex, index(&p.Outputs, output))
@@ -215,8 +224,6 @@ func (c *stepCtx) emit(output string, payload []byte, opts []flowlet.EmitOption)
 		}
 		return nil
 	}
-	o := &c.opts
-	o.Resolve(opts)
 	if len(o.Keys) > 0 && !c.keyed {
 		c.keyed = true
 		p.KeyCounts = append(p.KeyCounts, make([]uint32, n)...)
