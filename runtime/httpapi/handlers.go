@@ -476,6 +476,10 @@ func ingestEvents(contentType, split string, body []byte) ([]runtime.IngestEvent
 	var evs []runtime.IngestEvent
 	var err error
 	ct, _, _ := mime.ParseMediaType(contentType) // lower-cased
+	if split != "" && split != "lines" && split != "body" {
+		// A misspelled split (Body) was read as lines, unseen.
+		return nil, fmt.Errorf("split: want lines or body, not %q", split)
+	}
 	switch {
 	case ct == "application/json":
 		if !utf8.Valid(body) {
