@@ -46,6 +46,16 @@ func TestBadInputs(t *testing.T) {
 		{"GET", "/api/v1/state/cnt/n?key=a%", ``, 400},
 		{"GET", "/api/v1/queues/gen.out/tail?partition=%zz", ``, 400},
 		{"POST", "/api/v1/flowlets/cnt/pause?wait=1s;x", ``, 400},
+		// A misspelled parameter was ignored unseen: the tail of every
+		// partition, the default limit, a pause that did not wait.
+		{"GET", "/api/v1/queues/gen.out/tail?partiton=3", ``, 400},
+		{"GET", "/api/v1/queues/gen.out/tail?n=1&sinse=10m", ``, 400},
+		{"GET", "/api/v1/dlq?limt=5", ``, 400},
+		{"GET", "/api/v1/state/cnt/n?kind=counters&prefx=a", ``, 400},
+		{"POST", "/api/v1/flowlets/cnt/pause?wiat=1s", ``, 400},
+		{"POST", "/api/v1/flowlets/cnt/scale?instance=2", ``, 400},
+		{"POST", "/api/v1/ingest/web?splt=body", "a\n", 400},
+		{"GET", "/api/v1/status?verbose=1", ``, 400},
 		{"GET", "/api/v1/state/cnt/nosuchtable", ``, 404},
 		{"GET", "/api/v1/queues/nope/tail", ``, 404},
 		{"GET", "/api/v1/queues/gen.out/tail?n=-1", ``, 400},

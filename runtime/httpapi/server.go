@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -222,18 +223,22 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	mux.HandleFunc("GET /api/v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.status()) })
-	mux.HandleFunc("POST /api/v1/flowlets/{flowlet}/scale", s.scale)
-	mux.HandleFunc("POST /api/v1/flowlets/{flowlet}/pause", s.pause)
-	mux.HandleFunc("POST /api/v1/flowlets/{flowlet}/resume", s.pause)
-	mux.HandleFunc("GET /api/v1/state/{flowlet}", s.tables)
-	mux.HandleFunc("GET /api/v1/state/{flowlet}/{table}", s.state)
-	mux.HandleFunc("GET /api/v1/queues", s.queues)
-	mux.HandleFunc("GET /api/v1/queues/{queue}/tail", s.tail)
-	mux.HandleFunc("GET /api/v1/dlq", s.dlq)
-	mux.HandleFunc("GET /api/v1/dlq/{flowlet}", s.dlq)
-	mux.HandleFunc("POST /api/v1/dlq/{flowlet}/replay", s.replay)
-	mux.HandleFunc("POST /api/v1/ingest/{flowlet}", s.ingest)
+	// Each endpoint with the query parameters it reads.
+	api := func(pattern string, h http.HandlerFunc, params ...string) {
+		mux.Handle(pattern, knownParams(h, params))
+	}
+	api("GET /api/v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.status()) })
+	api("POST /api/v1/flowlets/{flowlet}/scale", s.scale, "instances")
+	api("POST /api/v1/flowlets/{flowlet}/pause", s.pause, "wait")
+	api("POST /api/v1/flowlets/{flowlet}/resume", s.pause, "wait") // a 400 that names it
+	api("GET /api/v1/state/{flowlet}", s.tables)
+	api("GET /api/v1/state/{flowlet}/{table}", s.state, "key", "key_base64", "prefix", "prefix_base64", "start", "start_base64", "limit", "kind")
+	api("GET /api/v1/queues", s.queues)
+	api("GET /api/v1/queues/{queue}/tail", s.tail, "n", "partition", "from", "to", "since", "until")
+	api("GET /api/v1/dlq", s.dlq, "limit")
+	api("GET /api/v1/dlq/{flowlet}", s.dlq, "limit")
+	api("POST /api/v1/dlq/{flowlet}/replay", s.replay)
+	api("POST /api/v1/ingest/{flowlet}", s.ingest, "input", "split")
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		// A path that exists with another method is a 405, not a 404.
 		var allow []string
@@ -263,6 +268,25 @@ func (s *Server) routes() http.Handler {
 		ui.ServeHTTP(w, r)
 	})
 	return s.auth(parsedQuery(mux))
+}
+
+// knownParams answers 400 to a request with a query parameter the endpoint
+// does not read: a misspelled one (partiton=3, limt=5) was ignored unseen,
+// and the answer looked like what was asked for.
+func knownParams(next http.Handler, params []string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for name := range r.URL.Query() { // it parses: parsedQuery
+			if !slices.Contains(params, name) {
+				known := "none"
+				if len(params) > 0 {
+					known = strings.Join(params, ", ")
+				}
+				writeErr(w, http.StatusBadRequest, fmt.Errorf("unknown query parameter %q (%s %s takes: %s)", name, r.Method, r.URL.Path, known))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // parsedQuery answers 400 to an API request whose query does not parse (a
