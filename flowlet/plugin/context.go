@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/flowrun/flowrun/flowlet"
 	pb "github.com/flowrun/flowrun/proto/flowletpb"
@@ -117,7 +119,7 @@ func (k *dlCallCtx) DeadLetter(payload []byte, reason string) error {
 	if err := c.check(k.seq, nil); err != nil {
 		return err
 	}
-	c.dead = append(c.dead, &pb.DeadLetter{Payload: bytes.Clone(payload), Reason: reason})
+	c.dead = append(c.dead, &pb.DeadLetter{Payload: bytes.Clone(payload), Reason: validText(reason)})
 	return nil
 }
 
@@ -137,12 +139,17 @@ func (k *dleCallCtx) DeadLetterEvent(ev flowlet.Event, reason string) error {
 		i := (c.dlNext + k) % len(evs)
 		if evs[i].ID == ev.ID && evs[i].Input == ev.Input {
 			c.dlNext = i + 1
-			c.dead = append(c.dead, &pb.DeadLetter{Reason: reason, HasEvent: true, Event: uint32(i)})
+			c.dead = append(c.dead, &pb.DeadLetter{Reason: validText(reason), HasEvent: true, Event: uint32(i)})
 			return nil
 		}
 	}
 	return fmt.Errorf("flowrun plugin: DeadLetterEvent: event %q of %q is not an input of this step", ev.ID, ev.Input)
 }
+
+// validText is a dead letter's reason as the response can carry it (a
+// protobuf string: UTF-8), bytes that are not UTF-8 (a reason made from a
+// payload, say) replaced by U+FFFD.
+func validText(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 var (
 	_ flowlet.Context = (*callCtx)(nil)
@@ -204,11 +211,12 @@ func (c *stepCtx) emit(output string, payload []byte, opts []flowlet.EmitOption)
 	o := &c.opts
 	if len(opts) > 0 {
 		o.Resolve(opts)
-		if t := o.EventTime; !t.IsZero() && (t.UnixNano() == 0 || !time.Unix(0, t.UnixNano()).Equal(t)) {
-			// The wire's int64 nanoseconds, 0 for none, would drop or
-			// garble it; refused, as the host refuses what it cannot take.
-			return c.fail(fmt.Errorf("flowrun plugin: emit on %q: event time %v cannot travel to the host, which takes 1678-2262 except the Unix epoch itself", output, t))
+		if err := wireOptions(o); err != nil {
+			return c.fail(fmt.Errorf("flowrun plugin: emit on %q: %w", output, err))
 		}
+	}
+	if !utf8.ValidString(output) {
+		return c.fail(fmt.Errorf("flowrun plugin: emit on output %q: the name is not UTF-8 text", output))
 	}
 	p := &c.packed
 	n := len(p.OutputIndex)
@@ -246,6 +254,25 @@ func (c *stepCtx) emit(output string, payload []byte, opts []flowlet.EmitOption)
 			et = o.EventTime.UnixNano()
 		}
 		p.EventTimes, p.TraceIds, p.Priorities = append(p.EventTimes, et), append(p.TraceIds, o.TraceID), append(p.Priorities, uint32(o.Priority))
+	}
+	return nil
+}
+
+// wireOptions reports what of an emit's options the response cannot
+// carry, so that the emit is refused (as the host refuses what it cannot
+// take) instead of the whole response failing to marshal or an option
+// arriving changed: its text fields are protobuf strings, which must be
+// UTF-8, and its event time is int64 nanoseconds since the epoch, 0 for
+// none. (A trace id that is not UTF-8 still makes the response unsendable:
+// the host fails the step with a CallError naming the cause.)
+func wireOptions(o *flowlet.EmitOptions) error {
+	if t := o.EventTime; !t.IsZero() && (t.UnixNano() == 0 || !time.Unix(0, t.UnixNano()).Equal(t)) {
+		return fmt.Errorf("event time %v cannot travel to the host, which takes 1678-2262 except the Unix epoch itself", t)
+	}
+	for _, kv := range o.Keys {
+		if !utf8.ValidString(kv.Name) {
+			return fmt.Errorf("key name %q is not UTF-8 text", kv.Name)
+		}
 	}
 	return nil
 }

@@ -108,7 +108,7 @@ func configResponse(name string, err error) *pb.CheckConfigResponse {
 	if msg == "" {
 		msg = "invalid"
 	}
-	return &pb.CheckConfigResponse{Error: msg, Field: field}
+	return &pb.CheckConfigResponse{Error: validText(msg), Field: validText(field)}
 }
 
 func (s *server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
@@ -264,7 +264,7 @@ func (s *server) Close(context.Context, *pb.CloseRequest) (*pb.CloseResponse, er
 	var resp pb.CloseResponse
 	if c, ok := s.f.(flowlet.Closer); ok {
 		if err := safeCall(c.Close); err != nil {
-			resp.Error = err.Error()
+			resp.Error = validText(err.Error())
 		}
 	}
 	s.f = nil
@@ -480,7 +480,9 @@ func wireError(err error) *pb.Error {
 	if err == nil {
 		return nil
 	}
-	e := &pb.Error{Kind: pb.Error_FAILED, Message: err.Error()}
+	// Message and Stack are protobuf strings: UTF-8, or the response
+	// cannot be sent (an error made from a payload, a panic's value).
+	e := &pb.Error{Kind: pb.Error_FAILED, Message: validText(err.Error())}
 	var pe *panicError
 	switch {
 	case errors.Is(err, flowlet.ErrIdle):
@@ -488,7 +490,7 @@ func wireError(err error) *pb.Error {
 	case errors.Is(err, flowlet.ErrEndOfInput):
 		e.Kind = pb.Error_END_OF_INPUT
 	case errors.As(err, &pe):
-		e.Kind, e.Stack = pb.Error_PANIC, pe.stack
+		e.Kind, e.Stack = pb.Error_PANIC, validText(pe.stack)
 	}
 	var perm interface{ Permanent() bool }
 	if errors.As(err, &perm) {
