@@ -223,6 +223,19 @@ connections:
 	if dl := deadLetters(t, data, "c"); len(dl) != 0 {
 		t.Fatalf("DLQ after replay: %+v", dl)
 	}
+	// Until its next run the replayed event waits in the replay queue,
+	// which holds dead-letter records as the DLQ does: a tail shows it
+	// (it failed with "malformed event envelope").
+	s, err := runtime.OpenStore(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tail []runtime.QueueEntry
+	err = s.Scan(runtime.ReplayName("c"), "", 0, func(e runtime.QueueEntry) bool { tail = append(tail, e); return true })
+	s.Close()
+	if err != nil || len(tail) != 1 || string(tail[0].Payload) != "e1." || tail[0].Dead == nil || tail[0].Dead.Input != "gen.out" || len(tail[0].Keys) != 1 {
+		t.Fatalf("tail of the replay queue: %+v, %v", tail, err)
+	}
 	// The bug is fixed: the replayed event is processed once.
 	t.Setenv("FAIL", "nothing")
 	_ = p

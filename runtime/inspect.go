@@ -72,7 +72,8 @@ type QueueEntry struct {
 	EventTime time.Time `json:"event_time,omitzero"`
 	TraceID   string    `json:"trace_id,omitempty"`
 	Payload   []byte    `json:"-"`
-	// Dead is set for entries of a dead-letter queue.
+	// Dead is set for entries of a dead-letter queue or a replay queue
+	// (dead letters on their way back in).
 	Dead *DeadLetter `json:"-"`
 }
 
@@ -158,7 +159,7 @@ func (s *Store) ScanSelect(queueName, keyName string, limit int, sel QueueSelect
 		return err
 	}
 	defer exit()
-	dead := isDLQ(queueName)
+	dead := isDLQ(queueName) || isReplay(queueName)
 	var derr error
 	opts := queue.ScanOptions{Limit: limit, Partitions: sel.Partitions, From: sel.From, To: sel.To, Since: sel.Since, Until: sel.Until}
 	err = s.st.queues.Scan(queueName, opts, func(e queue.Entry) bool {
@@ -185,8 +186,14 @@ func (s *Store) ScanSelect(queueName, keyName string, limit int, sel QueueSelect
 	return errors.Join(err, derr)
 }
 
-func isDLQ(q string) bool {
-	return len(q) > len(DLQOutput)+1 && q[len(q)-len(DLQOutput)-1:] == "."+DLQOutput
+func isDLQ(q string) bool { return hasOutput(q, DLQOutput) }
+
+// isReplay reports a flowlet's replay queue, which holds dead-letter
+// records on their way back in (ReplayDeadLetters).
+func isReplay(q string) bool { return hasOutput(q, ReplayOutput) }
+
+func hasOutput(q, output string) bool {
+	return len(q) > len(output)+1 && q[len(q)-len(output)-1:] == "."+output
 }
 
 func flowletOfQueue(q string) string {

@@ -193,7 +193,7 @@ func (a *App) Status() Status {
 			qs.Producer = a.plan.Queue(q.Name).Producer
 		case isDLQ(q.Name):
 			qs.Producer, qs.Kind = flowletOfQueue(q.Name), "dlq"
-		case len(q.Name) > len(ReplayOutput)+1 && q.Name[len(q.Name)-len(ReplayOutput)-1:] == "."+ReplayOutput:
+		case isReplay(q.Name):
 			qs.Kind = "replay"
 		}
 		if len(q.Groups) > 0 {
