@@ -88,6 +88,17 @@ type QueueSelect struct {
 	Since, Until time.Time
 }
 
+// ParseUpperPointer reads QueueSelect.To as ParsePointer does, but a given
+// bound of 0 is an error: To 0 means no bound, so "--to 0" listed every
+// entry where it asked for none (write pointers start above 0).
+func ParseUpperPointer(v string) (uint64, error) {
+	n, err := ParsePointer(v)
+	if err == nil && n == 0 && v != "" {
+		return 0, fmt.Errorf("%q selects no entry: write pointers start above 0 (leave the bound out for none)", v)
+	}
+	return n, err
+}
+
 // ParsePointer reads a QueueSelect bound: an entry id as printed
 // ("partition/priority/pointer.chunk.index") or a bare write pointer; ""
 // is 0 (no bound).

@@ -103,7 +103,8 @@ connections:
 // Bounds given to tail are read strictly, and none may select more than
 // asked: "abc/5" and "5.x" were read as pointer 5, year 1 as an --until
 // was the zero time (no bound) and listed everything, and a count over
-// MaxInt/2 wrapped and panicked.
+// MaxInt/2 wrapped and panicked; a --to of 0 (To 0 is no bound) listed
+// everything.
 func TestTailBoundsStrict(t *testing.T) {
 	for _, v := range []string{"abc/5", "5.x", "1/2/3", "1/2/3.4", "1/300/3.4.5", "1/2/3.4.5.6", "-1", "x", "1//3.4.5", "70000/0/1.0.0"} {
 		if p, err := runtime.ParsePointer(v); err == nil {
@@ -113,6 +114,16 @@ func TestTailBoundsStrict(t *testing.T) {
 	for v, want := range map[string]uint64{"": 0, "1042": 1042, "3/0/1042.0.7": 1042, "0/255/18446744073709551615.4294967295.0": 1<<64 - 1} {
 		if p, err := runtime.ParsePointer(v); err != nil || p != want {
 			t.Errorf("ParsePointer(%q) = %d, %v; want %d", v, p, err, want)
+		}
+	}
+	for _, v := range []string{"0", "3/0/0.0.0"} {
+		if p, err := runtime.ParseUpperPointer(v); err == nil {
+			t.Errorf("ParseUpperPointer(%q) = %d, want an error (To 0 is no bound)", v, p)
+		}
+	}
+	for v, want := range map[string]uint64{"": 0, "1042": 1042} {
+		if p, err := runtime.ParseUpperPointer(v); err != nil || p != want {
+			t.Errorf("ParseUpperPointer(%q) = %d, %v; want %d", v, p, err, want)
 		}
 	}
 	s := threeTransactions(t)

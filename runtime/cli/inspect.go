@@ -554,10 +554,10 @@ func (g *globals) queueCmd() *cobra.Command {
 			}
 			sel := runtime.QueueSelect{Partitions: parts}
 			var err error
-			if sel.From, err = entryPointer("from", from); err != nil {
+			if sel.From, err = entryPointer("from", from, runtime.ParsePointer); err != nil {
 				return err
 			}
-			if sel.To, err = entryPointer("to", to); err != nil {
+			if sel.To, err = entryPointer("to", to, runtime.ParseUpperPointer); err != nil {
 				return err
 			}
 			now := time.Now()
@@ -745,9 +745,10 @@ func tailErr(s *runtime.Store, app, qn string, parts []int, err error) error {
 	return &exitError{ExitFailure, fmt.Errorf("app %q has no queue %q (queues: %s)", app, qn, strings.Join(names, ", "))}
 }
 
-// entryPointer reads --from/--to (runtime.ParsePointer).
-func entryPointer(flag, v string) (uint64, error) {
-	n, err := runtime.ParsePointer(v)
+// entryPointer reads --from/--to with parse (runtime.ParsePointer,
+// runtime.ParseUpperPointer).
+func entryPointer(flag, v string, parse func(string) (uint64, error)) (uint64, error) {
+	n, err := parse(v)
 	if err != nil {
 		return 0, &exitError{ExitUsage, fmt.Errorf("--%s: %w", flag, err)}
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flowrun/flowrun/runtime"
 )
 
 // Bad flag values are a bad command line (exit 2) naming the flag, checked
@@ -72,9 +74,13 @@ connections:
 // a time or a duration ago.
 func TestTailSelectionFlags(t *testing.T) {
 	for v, want := range map[string]uint64{"": 0, "1042": 1042, "3/0/1042.0.7": 1042} {
-		if got, err := entryPointer("from", v); err != nil || got != want {
+		if got, err := entryPointer("from", v, runtime.ParsePointer); err != nil || got != want {
 			t.Errorf("entryPointer(%q) = %d, %v; want %d", v, got, err, want)
 		}
+	}
+	// --to 0 selects nothing, but To 0 means no bound: it listed everything.
+	if got, err := entryPointer("to", "0", runtime.ParseUpperPointer); err == nil || !strings.Contains(err.Error(), "--to:") {
+		t.Errorf("entryPointer(to, 0) = %d, %v; want an error naming --to", got, err)
 	}
 	now := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 	for v, want := range map[string]time.Time{"": {}, "10m": now.Add(-10 * time.Minute), "2026-11-21T09:00:00Z": now.Add(-time.Hour)} {

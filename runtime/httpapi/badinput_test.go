@@ -63,6 +63,7 @@ func TestBadInputs(t *testing.T) {
 		{"GET", "/api/v1/queues/gen.out/tail?partition=-1", ``, 400},
 		{"GET", "/api/v1/queues/gen.out/tail?partition=99999", ``, 400},
 		{"GET", "/api/v1/queues/gen.out/tail?from=zz", ``, 400},
+		{"GET", "/api/v1/queues/gen.out/tail?to=0", ``, 400},
 		{"GET", "/api/v1/queues/gen.out/tail?since=yesterday", ``, 400},
 		{"GET", "/api/v1/dlq?limit=-1", ``, 400},
 		{"GET", "/api/v1/dlq/nope", ``, 404},

@@ -648,7 +648,7 @@ func queueSelect(r *http.Request) (runtime.QueueSelect, error) {
 	if sel.From, err = runtime.ParsePointer(q.Get("from")); err != nil {
 		return sel, fmt.Errorf("from: %w", err)
 	}
-	if sel.To, err = runtime.ParsePointer(q.Get("to")); err != nil {
+	if sel.To, err = runtime.ParseUpperPointer(q.Get("to")); err != nil {
 		return sel, fmt.Errorf("to: %w", err)
 	}
 	now := time.Now()
