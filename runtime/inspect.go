@@ -158,7 +158,8 @@ func ParseInstant(v string, now time.Time) (time.Time, error) {
 
 // Scan calls fn for up to limit (0 = all) committed entries of a queue that
 // are still stored (consumed entries are evicted in the background), in
-// partition order.
+// partition order. keyName names the entries' partition key (the hash
+// connection's key); "" takes the name the store recorded for the queue.
 func (s *Store) Scan(queueName, keyName string, limit int, fn func(QueueEntry) bool) error {
 	return s.ScanSelect(queueName, keyName, limit, QueueSelect{}, fn)
 }
@@ -170,6 +171,15 @@ func (s *Store) ScanSelect(queueName, keyName string, limit int, sel QueueSelect
 		return err
 	}
 	defer exit()
+	if keyName == "" {
+		// Read without the app's plan (an app name, not its file): the
+		// key name the store records for the queue, if any.
+		if rec, ok, err := s.st.getMeta(queueKeyMeta + queueName); err != nil {
+			return err
+		} else if ok {
+			keyName = rec
+		}
+	}
 	dead := isDLQ(queueName) || isReplay(queueName)
 	var derr error
 	opts := queue.ScanOptions{Limit: limit, Partitions: sel.Partitions, From: sel.From, To: sel.To, Since: sel.Since, Until: sel.Until}

@@ -68,6 +68,17 @@ connections:
 	if len(all) != 600 {
 		t.Fatalf("%d entries in gen.out, want 600", len(all))
 	}
+	// Without the app file (flowrun queue tail APP-NAME) the key name is
+	// the one the store records for the queue: the keys were left out.
+	unnamed, err := s.Tail("gen.out", "", 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range unnamed {
+		if w := all[len(all)-3+i]; len(e.Keys) != 1 || len(w.Keys) != 1 || e.Keys[0] != w.Keys[0] || w.Keys[0].Name != "k" {
+			t.Errorf("tail without the key's name: keys %+v, want %+v (name k)", e.Keys, w.Keys)
+		}
+	}
 	defer func() { tailRetained = nil }()
 	for _, n := range []int{1, 3, 10, 599, 600, 1000} {
 		most := 0
