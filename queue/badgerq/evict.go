@@ -90,14 +90,26 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 	// were never deleted).
 	var moves []evictMove
 
+	// Every partition's cursors are taken before the read of the entries
+	// opens: an entry they passed had committed before, so the read sees
+	// it. Taken partition by partition after the read had opened (at an
+	// earlier partition), an entry committed and consumed in between was
+	// below the cursors but not in the read, and the level's start point
+	// moved past it: never deleted, in the depth for good
+	// (TestEvictSeesEntriesItsCursorsPassed).
+	views := make([][]partState, q.cfg.Partitions)
+	holds := make([]uint64, q.cfg.Partitions)
+	for p := range views {
+		var deleted bool
+		if views[p], holds[p], deleted = q.evictViews(p); deleted {
+			return low, nil
+		}
+	}
 	var levels []levelMax
 	var lstates []*levelState
 	var holes []uint64
 	for p := 0; p < q.cfg.Partitions; p++ {
-		states, hold, deleted := q.evictViews(p)
-		if deleted {
-			return low, nil
-		}
+		states, hold := views[p], holds[p]
 		if hold != 0 {
 			low = min(low, hold)
 		}
@@ -118,18 +130,21 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 			// for room in this queue maybe: deleting only below bound
 			// kept every consumed entry after it, so the room it waited
 			// for never came (TestEvictPastOpenProducer).
-			bound, posBound := uint64(0), uint64(0)
+			// lowPos: the lowest scan position itself (posBound is its
+			// pointer), to the event.
+			bound, posBound, lowPos := uint64(0), uint64(0), position{}
 			lstates = lstates[:0]
 			if len(states) > 0 {
-				bound, posBound = ^uint64(0), ^uint64(0)
+				bound, posBound, lowPos = ^uint64(0), ^uint64(0), position{wp: ^uint64(0)}
 				for _, st := range states {
 					l := st.find(prio)
 					if l == nil {
-						bound, posBound = 0, 0
+						bound, posBound, lowPos = 0, 0, position{}
 						break
 					}
 					bound = min(bound, l.cursor())
 					posBound = min(posBound, l.pos.wp)
+					lowPos = minPos(lowPos, l.pos)
 					lstates = append(lstates, l)
 				}
 			}
@@ -156,7 +171,7 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 			}
 			slices.Sort(holes)
 			holes = slices.Compact(holes)
-			if ttl == 0 && bound > 0 && bound <= lm.evictFrom && posBound <= lm.evictPos && slices.Equal(holes, lm.evictHoles) {
+			if ttl == 0 && bound > 0 && bound <= lm.evictFrom && !lm.evictPos.less(lowPos) && slices.Equal(holes, lm.evictHoles) {
 				// Nothing consumed since the last pass and nothing can
 				// expire: the first entry left is at or above bound or
 				// at a hole, and low is already at or below it (bound
@@ -178,7 +193,15 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 				if !ok {
 					continue
 				}
-				consumed := k.wp < bound || (k.wp < posBound && !atHole(k.wp))
+				// At the lowest position's own pointer, an entry every
+				// group read to its end is consumed too: a position can
+				// rest there (the end of a level's last entry, after a
+				// hole at its own pointer filled a Dequeue), and no read
+				// moves it on while nothing follows; kept, the entry
+				// stayed in the depth, holding room no consumer could
+				// free (TestEvictEntryReadToItsEnd).
+				consumed := k.wp < bound || (k.wp < posBound && !atHole(k.wp)) ||
+					(k.wp == posBound && readByAll(lstates, &k))
 				stale := ttl > 0 && now.Sub(time.UnixMilli(k.ms)) > ttl
 				var expired uint32 // of its events, those counted expired
 				if stale && !consumed && inFlight[k.wp] == 0 {
@@ -220,9 +243,9 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 			// still in flight with a lower pointer is a hole of some group,
 			// and holes are at or above the group's cursor.
 			if reread {
-				posBound = 0
+				lowPos = position{}
 			}
-			moves = append(moves, evictMove{ix: ix, prio: prio, from: max(lm.evictFrom, min(bound, kept)), pos: posBound, holes: slices.Clone(holes)})
+			moves = append(moves, evictMove{ix: ix, prio: prio, from: max(lm.evictFrom, min(bound, kept)), pos: lowPos, holes: slices.Clone(holes)})
 		}
 	}
 	if err := del.flush(); err != nil {
@@ -325,6 +348,17 @@ func readEntry(l *levelState, k *entryKey) bool {
 	return !slices.ContainsFunc(l.holes, func(h position) bool { return h.wp == k.wp && h.less(end) })
 }
 
+// readByAll reports whether every group, with level states ls, has read
+// every event of entry k (readEntry).
+func readByAll(ls []*levelState, k *entryKey) bool {
+	for _, l := range ls {
+		if !readEntry(l, k) {
+			return false
+		}
+	}
+	return len(ls) > 0
+}
+
 // endExpiry gives back the slots mayExpire took for ev in partitions
 // parts, waking the consumers that skipped one where something is left.
 func (q *queueRT) endExpiry(ev *consumer, parts []int) {
@@ -347,10 +381,11 @@ func (q *queueRT) endExpiry(ev *consumer, parts []int) {
 }
 
 type evictMove struct {
-	ix        *partIndex
-	prio      uint8
-	from, pos uint64
-	holes     []uint64
+	ix    *partIndex
+	prio  uint8
+	from  uint64
+	pos   position
+	holes []uint64
 }
 
 // deleteChunk bounds the keys a keyDeleter holds before it writes them.
@@ -460,6 +495,9 @@ func (b *Backend) stillStored(keys [][]byte) map[string]bool {
 // A group that never committed a transaction there has an empty state, which
 // holds eviction at 0.
 func (q *queueRT) evictViews(p int) ([]partState, uint64, bool) {
+	if h := evictViewsTestHook; h != nil {
+		h(p)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.deleted {
@@ -480,3 +518,7 @@ func (q *queueRT) evictViews(p int) ([]partState, uint64, bool) {
 	}
 	return out, hold, false
 }
+
+// evictViewsTestHook, if set, runs in evictViews before it takes partition
+// p's states (tests: to commit there).
+var evictViewsTestHook func(p int)

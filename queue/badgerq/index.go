@@ -26,10 +26,12 @@ type levelMax struct {
 	// evictFrom: eviction deleted every entry below this pointer, and none
 	// can land there any more; the next pass seeks here.
 	evictFrom uint64
-	// evictPos: the lowest scan position of the groups at the last pass;
-	// it also deleted what every group consumed between evictFrom and
-	// there (entries not at a hole).
-	evictPos uint64
+	// evictPos: the lowest scan position of the groups at the last pass
+	// (to the event: a position that moves inside its pointer may pass the
+	// end of an entry there, which is then consumed); it also deleted what
+	// every group consumed between evictFrom and there (entries not at a
+	// hole).
+	evictPos position
 	// evictHoles: the groups' holes below evictPos at the last pass
 	// (sorted, each pointer once): the entries there were kept.
 	evictHoles []uint64
@@ -37,7 +39,7 @@ type levelMax struct {
 
 // setEvictFrom records where eviction of level prio starts next time, the
 // lowest scan position it deleted up to and the holes below it it kept.
-func (ix *partIndex) setEvictFrom(prio uint8, wp, pos uint64, holes []uint64) {
+func (ix *partIndex) setEvictFrom(prio uint8, wp uint64, pos position, holes []uint64) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for i := range ix.levels {

@@ -22,6 +22,25 @@ import (
 // it came twice. A hole read to its end on the position's pointer now moves
 // the position past it.
 func TestPartialPersistReadOnce(t *testing.T) {
+	_, deq, commitX := partialPersist(t, queue.Config{Partitions: 1})
+	if got := deq(10); len(got) != 0 {
+		t.Fatalf("got %v of a producer in progress", got)
+	}
+	commitX()
+	if got := fmt.Sprint(deq(10)); got != "[x-0 x-1 x-2]" {
+		t.Fatalf("after the commit: %s, want [x-0 x-1 x-2]", got)
+	}
+	if got := deq(10); len(got) != 0 {
+		t.Fatalf("again: %v", got)
+	}
+}
+
+// partialPersist sets up queue q (cfg, FIFO group g of one instance) on
+// the general path with producer X in progress, its three one-event chunks
+// persisted in part (the first landed), and a consumer whose snapshot reads
+// past X. deq(max) runs one committed step of the consumer; commitX
+// commits X.
+func partialPersist(t *testing.T, cfg queue.Config) (b *Backend, deq func(max int) []string, commitX func()) {
 	db, err := badger.Open(badger.DefaultOptions("").WithInMemory(true).WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +50,7 @@ func TestPartialPersistReadOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now() // one clock reading: the entry keys carry it
-	b, err := Open(db, Options{Coordinator: coord, EvictInterval: -1, GCInterval: -1, WritebackInterval: -1, ChunkBytes: 1, Now: func() time.Time { return now }})
+	b, err = Open(db, Options{Coordinator: coord, EvictInterval: -1, GCInterval: -1, WritebackInterval: -1, ChunkBytes: 1, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +61,7 @@ func TestPartialPersistReadOnce(t *testing.T) {
 	})
 	qs := queue.New(b)
 	must := mustT(t)
-	must(qs.CreateQueue("q", queue.Config{Partitions: 1}))
+	must(qs.CreateQueue("q", cfg))
 	must(qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.FIFO, Instances: 1}))
 	pd, err := b.Producer("q")
 	must(err)
@@ -66,23 +85,14 @@ func TestPartialPersistReadOnce(t *testing.T) {
 	must(queuetest.Step(coord, func() error { return py.Enqueue(context.Background(), queue.Event{Payload: []byte("y")}) }, py))
 
 	c, _ := qs.Consumer("q", "g", 0)
-	deq := func() []string {
+	deq = func(max int) []string {
 		var got []queue.Entry
-		must(queuetest.Step(coord, func() (err error) { got, err = c.Dequeue(10); return err }, c))
+		must(queuetest.Step(coord, func() (err error) { got, err = c.Dequeue(max); return err }, c))
 		var out []string
 		for _, e := range got {
 			out = append(out, string(e.Payload))
 		}
 		return out
 	}
-	if got := deq(); len(got) != 0 {
-		t.Fatalf("got %v of a producer in progress", got)
-	}
-	must(ctxX.Finish())
-	if got := fmt.Sprint(deq()); got != "[x-0 x-1 x-2]" {
-		t.Fatalf("after the commit: %s, want [x-0 x-1 x-2]", got)
-	}
-	if got := deq(); len(got) != 0 {
-		t.Fatalf("again: %v", got)
-	}
+	return b, deq, func() { must(ctxX.Finish()) }
 }
