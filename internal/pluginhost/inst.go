@@ -625,6 +625,9 @@ type eventDeadLetterer interface {
 }
 
 func (in *inst) processBatch(ctx flowlet.Context, evs []flowlet.Event) error {
+	if err := in.checkEventTimes(evs); err != nil {
+		return err
+	}
 	defer func() {
 		in.packed.Keys = nil // drop references to the caller's keys
 		clear(in.keys)
@@ -637,6 +640,22 @@ func (in *inst) processBatch(ctx flowlet.Context, evs []flowlet.Event) error {
 		in.stepCall = pb.StepCall{Op: pb.StepCall_PROCESS_BATCH, Batch: &in.batchReq}
 		return &in.stepCall
 	})
+}
+
+// checkEventTimes refuses a batch with an event time the wire cannot carry
+// (int64 Unix nanoseconds, 0 for none: before 1678, after 2262, or the
+// epoch itself, all of which queues keep), as the SDK refuses such an
+// emit, instead of the plugin getting another time or none. The error is
+// permanent: the runtime dead-letters that event, time intact, and
+// processes the others one by one.
+func (in *inst) checkEventTimes(evs []flowlet.Event) error {
+	for i := range evs {
+		if t := evs[i].EventTime; !t.IsZero() && (t.UnixNano() == 0 || !time.Unix(0, t.UnixNano()).Equal(t)) {
+			return flowlet.Permanent(fmt.Errorf("flowlet %q: event %q of %q: event time %v cannot travel to the plugin, which takes 1678-2262 except the Unix epoch itself",
+				in.name, evs[i].ID, evs[i].Input, t))
+		}
+	}
+	return nil
 }
 
 // maxKeptBuffer bounds the batch buffer kept for the next call.

@@ -1,0 +1,53 @@
+package pluginhost_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/flowlet/flowlettest"
+)
+
+// TestEventTimeOutsideTheWire: the wire carries an event time as int64
+// Unix nanoseconds, 0 for none, so an input event of 3000 reached the
+// plugin as a time in 1831 and one at the Unix epoch with no event time,
+// silently (queues keep both). The host refuses such a batch, as the SDK
+// refuses such an emit: a permanent error naming the time, so that the
+// runtime dead-letters that event at once and processes the others; the
+// plugin is not called, nor restarted.
+func TestEventTimeOutsideTheWire(t *testing.T) {
+	p := open(t, "upper", "testplugin", options(t, nil))
+	f := p.Type().New()
+	ctx := flowlettest.New("upper")
+	if err := ctx.Init(f, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer f.(flowlet.Closer).Close()
+	ok := time.Date(2024, 5, 6, 7, 8, 9, 10, time.UTC)
+	if err := ctx.Process(f, flowlettest.Event("a", flowlet.EventTime(ok))); err != nil {
+		t.Fatal(err)
+	}
+	if got := ctx.Emitted(); len(got) != 1 || !got[0].EventTime.Equal(ok) {
+		t.Fatalf("emitted %+v, want one at %v", got, ok)
+	}
+	before := pid(f)
+	for _, at := range []time.Time{
+		time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Unix(0, 0),
+	} {
+		n := len(ctx.Emitted())
+		err := ctx.Process(f, ev("b"), flowlettest.Event("c", flowlet.EventTime(at)))
+		if err == nil || !flowlet.IsPermanent(err) || !strings.Contains(err.Error(), fmt.Sprint(at)) {
+			t.Errorf("event time %v: %v, want a permanent error naming it", at, err)
+		}
+		if got := ctx.Emitted(); len(got) != n {
+			t.Errorf("event time %v: emitted %+v", at, got[n:])
+		}
+	}
+	if after := pid(f); after != before {
+		t.Errorf("the plugin was restarted (pid %d, then %d)", before, after)
+	}
+}
