@@ -249,3 +249,27 @@ type selfPermanent struct{}
 
 func (selfPermanent) Error() string   { return "self" }
 func (selfPermanent) Permanent() bool { return true }
+
+// TestRegisterRefusesBadOutputs: a type's declared outputs name queues
+// ("<flowlet>.<output>"), so they follow the app YAML's name rule and are
+// not the runtime's own dlq and dlq-replay. Register took any: the planner
+// then refused every connection from such an output, and the type's emits
+// on it were dropped as unrouted.
+func TestRegisterRefusesBadOutputs(t *testing.T) {
+	for _, out := range []string{"", "Out", "a.b", "-x", "dlq", "dlq-replay", strings.Repeat("o", 64)} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), fmt.Sprintf("%q", out)) {
+					t.Errorf("output %q: Register's panic %v, want one naming the output", out, r)
+				}
+			}()
+			defer unregister("test-outputs")
+			Register("test-outputs", func() Flowlet { return proc{} }, TypeInfo{Outputs: []string{"out", out}})
+		}()
+	}
+	for _, out := range []string{"out", "dlq2", "x-dlq", strings.Repeat("o", 63)} {
+		if err := CheckOutputName(out); err != nil {
+			t.Errorf("output %q: %v", out, err)
+		}
+	}
+}

@@ -41,13 +41,19 @@ var (
 // Register makes a flowlet type available by name to the `type:` field of
 // app YAML files. It is meant for init functions and panics when name is
 // invalid or already registered, or factory is nil, as database/sql.Register
-// does.
+// does. It panics too when an output in info is not a valid output name
+// (CheckOutputName).
 func Register(name string, factory func() Flowlet, info TypeInfo) {
 	if !typeNameRE.MatchString(name) {
 		panic(fmt.Sprintf("flowlet: Register: invalid type name %q (want [a-z0-9][a-z0-9_-]{0,62})", name))
 	}
 	if factory == nil {
 		panic(fmt.Sprintf("flowlet: Register: nil factory for %q", name))
+	}
+	for _, o := range info.Outputs {
+		if err := CheckOutputName(o); err != nil {
+			panic(fmt.Sprintf("flowlet: Register %q: %v", name, err))
+		}
 	}
 	registryMu.Lock()
 	defer registryMu.Unlock()
@@ -56,6 +62,26 @@ func Register(name string, factory func() Flowlet, info TypeInfo) {
 	}
 	info.Outputs = slices.Clone(info.Outputs)
 	registry[name] = Type{Name: name, New: factory, Info: info}
+}
+
+// reservedOutputs are the outputs the runtime names itself: a flowlet's
+// dead letters are queue "<flowlet>.dlq", their replay "<flowlet>.dlq-replay"
+// (planner.ReservedOutputs).
+var reservedOutputs = []string{"dlq", "dlq-replay"}
+
+// CheckOutputName reports why name cannot be a declared output
+// (TypeInfo.Outputs): an output is the second part of its queue's name,
+// "<flowlet>.<output>", so it follows the rule of names in the app YAML,
+// [a-z0-9][a-z0-9_-]{0,62}, and is not one the runtime uses itself (dlq,
+// dlq-replay). The planner refuses connections from such an output.
+func CheckOutputName(name string) error {
+	switch {
+	case !typeNameRE.MatchString(name):
+		return fmt.Errorf("invalid output name %q (want [a-z0-9][a-z0-9_-]{0,62})", name)
+	case slices.Contains(reservedOutputs, name):
+		return fmt.Errorf("output name %q is reserved for the runtime's dead-letter queues (<flowlet>.dlq, <flowlet>.dlq-replay)", name)
+	}
+	return nil
 }
 
 // Lookup returns the registered type of that name.

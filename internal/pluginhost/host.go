@@ -182,6 +182,14 @@ func Open(ctx context.Context, flowletName, path, appDir string, opts Options) (
 		p.abandon()
 		return nil, &StartError{Flowlet: flowletName, Path: path, Err: errors.New("the plugin's flowlet implements none of Process, ProcessBatch, Generate and Tick")}
 	}
+	for _, o := range info.Outputs {
+		// Outputs name queues, as a built-in type's do (flowlet.Register).
+		if err := flowlet.CheckOutputName(o); err != nil {
+			pr.kill()
+			p.abandon()
+			return nil, &StartError{Flowlet: flowletName, Path: path, Err: fmt.Errorf("its declared outputs: %w", err)}
+		}
+	}
 	p.info, p.spare = info, pr
 	return p, nil
 }

@@ -7,7 +7,8 @@
 // "refuse" opens a step channel that refuses the host's certificate (it
 // expects another one), "hang" never answers OpenChannel, "slow" takes
 // all but a second of Init's deadline and then two seconds to answer
-// OpenChannel (UNIMPLEMENTED).
+// OpenChannel (UNIMPLEMENTED). UNARY_OUTPUT names the output it declares
+// instead of "out".
 package main
 
 import (
@@ -34,7 +35,11 @@ type server struct {
 }
 
 func (server) Describe(context.Context, *pb.DescribeRequest) (*pb.TypeInfo, error) {
-	return &pb.TypeInfo{Outputs: []string{"out"}, Process: true, Doc: "unary test plugin"}, nil
+	out := "out"
+	if o, ok := os.LookupEnv("UNARY_OUTPUT"); ok {
+		out = o
+	}
+	return &pb.TypeInfo{Outputs: []string{out}, Process: true, Doc: "unary test plugin"}, nil
 }
 
 func (server) Init(ctx context.Context, _ *pb.InitRequest) (*pb.InitResponse, error) {
