@@ -115,7 +115,8 @@ func TestInterpolate(t *testing.T) {
 		{"${A-B}", "", 1},
 		{"${UNSET:${SET}}", "", 1},
 	} {
-		got, problems := interpolate(tc.in, lookup)
+		budget := maxInterpolated
+		got, problems := interpolate(tc.in, lookup, &budget)
 		if len(problems) != tc.problems || tc.problems == 0 && got != tc.want {
 			t.Errorf("interpolate(%q) = %q, %q; want %q with %d problems", tc.in, got, problems, tc.want, tc.problems)
 		}

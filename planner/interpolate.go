@@ -18,22 +18,28 @@ type LookupFunc func(name string) (value string, ok bool)
 // shape depend on it too. Alias nodes are skipped because their anchor is
 // expanded where it is defined; expanding through aliases would expand
 // shared nodes twice and turn an escaped $${X} into a lookup of X. Scalars
-// that fail are added to broken.
-func interpolateTree(n *yaml.Node, lookup LookupFunc, file string, errs *errorSink, broken map[*yaml.Node]bool) {
+// that fail are added to broken. budget is how many bytes substitutions
+// may still write (maxInterpolated for a file): past it the scalar where it
+// ran out is an error and later ones are broken without one.
+func interpolateTree(n *yaml.Node, lookup LookupFunc, file string, errs *errorSink, broken map[*yaml.Node]bool, budget *int) {
 	switch n.Kind {
 	case yaml.DocumentNode, yaml.SequenceNode:
 		for _, c := range n.Content {
-			interpolateTree(c, lookup, file, errs, broken)
+			interpolateTree(c, lookup, file, errs, broken, budget)
 		}
 	case yaml.MappingNode:
 		for i := 1; i < len(n.Content); i += 2 {
-			interpolateTree(n.Content[i], lookup, file, errs, broken)
+			interpolateTree(n.Content[i], lookup, file, errs, broken, budget)
 		}
 	case yaml.ScalarNode:
 		if !strings.Contains(n.Value, "$") {
 			return
 		}
-		value, problems := interpolate(n.Value, lookup)
+		if *budget < 0 {
+			broken[n] = true // reported where the budget ran out
+			return
+		}
+		value, problems := interpolate(n.Value, lookup, budget)
 		for _, p := range problems {
 			errs.add(nodePos(file, n), "%s", p)
 		}
@@ -57,8 +63,9 @@ func interpolateTree(n *yaml.Node, lookup LookupFunc, file string, errs *errorSi
 // interpolate expands ${VAR}, ${VAR:default} and the escape $${ in s. A
 // default applies only when VAR is unset, not when it is set but empty, so
 // that an explicitly empty variable is respected. It returns the expanded
-// text and one message per problem.
-func interpolate(s string, lookup LookupFunc) (string, []string) {
+// text and one message per problem. The values and defaults it writes
+// are taken from *budget; it stops when that goes negative.
+func interpolate(s string, lookup LookupFunc, budget *int) (string, []string) {
 	var b strings.Builder
 	var problems []string
 	for i := 0; i < len(s); {
@@ -83,13 +90,20 @@ func interpolate(s string, lookup LookupFunc) (string, []string) {
 				problems = append(problems, fmt.Sprintf("nested ${ in the default of ${%s} is not supported", name))
 				continue
 			}
-			if v, ok := lookup(name); ok {
-				b.WriteString(v)
-			} else if hasDef {
-				b.WriteString(def)
-			} else {
+			v, ok := lookup(name)
+			if !ok && !hasDef {
 				problems = append(problems, fmt.Sprintf("environment variable %s is not set and ${%s} has no default (write ${%s:default})", name, name, name))
+				continue
+			} else if !ok {
+				v = def
 			}
+			// A large variable referenced many times would take memory
+			// without bound, as aliases would (maxAliasExpansion).
+			if *budget -= len(v); *budget < 0 {
+				problems = append(problems, fmt.Sprintf("${VAR} substitutions expand to more than %d bytes (here ${%s}, %d bytes)", maxInterpolated, name, len(v)))
+				return s, problems
+			}
+			b.WriteString(v)
 		default:
 			b.WriteByte(s[i])
 			i++

@@ -31,7 +31,8 @@ func Parse(name string, src []byte, opts Options) (*Plan, error) {
 	if root == nil {
 		return nil, errs.err()
 	}
-	interpolateTree(root, lookup, name, errs, d.broken)
+	budget := maxInterpolated
+	interpolateTree(root, lookup, name, errs, d.broken, &budget)
 	spec := d.decodeApp(root)
 	g := validate(spec, opts.Types, errs)
 	if !errs.empty() {
@@ -43,3 +44,8 @@ func Parse(name string, src []byte, opts Options) (*Plan, error) {
 // maxAliasExpansion caps how many config values YAML aliases may expand to,
 // so that a "billion laughs" file fails fast instead of exhausting memory.
 const maxAliasExpansion = 100_000
+
+// maxInterpolated caps the bytes ${VAR} substitutions may write in a file
+// (values and defaults), so that a large variable referenced many times
+// fails fast instead of exhausting memory.
+const maxInterpolated = 8 << 20
