@@ -198,22 +198,8 @@ func (s *Server) state(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	kind := q.Get("kind")
-	if kind == "" {
-		var err error
-		if kind, err = s.a.Inspect().TableKind(s.a.Plan().App, fl, table); err != nil {
-			fail(w, err)
-			return
-		}
-		if kind == "" {
-			fail(w, fmt.Errorf("%w: flowlet %q has no table %q with data (pass kind=table or kind=counters to read an empty one)", errNotFound, fl, table))
-			return
-		}
-	}
-	if kind != "table" && kind != "counters" {
-		writeErr(w, http.StatusBadRequest, fmt.Errorf("kind must be table or counters, not %q", kind))
-		return
-	}
+	// The parameters first: a bad one is a 400 whatever the table holds
+	// (after the kind's guess, a table without data yet answered 404).
 	key, hasKey, err := bytesParam(q, "key")
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, err)
@@ -232,6 +218,21 @@ func (s *Server) state(w http.ResponseWriter, r *http.Request) {
 	limit, err := intParam(q, "limit", 1000)
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	kind := q.Get("kind")
+	if kind == "" {
+		if kind, err = s.a.Inspect().TableKind(s.a.Plan().App, fl, table); err != nil {
+			fail(w, err)
+			return
+		}
+		if kind == "" {
+			fail(w, fmt.Errorf("%w: flowlet %q has no table %q with data (pass kind=table or kind=counters to read an empty one)", errNotFound, fl, table))
+			return
+		}
+	}
+	if kind != "table" && kind != "counters" {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("kind must be table or counters, not %q", kind))
 		return
 	}
 	t := runtime.TableInfo{Name: table, Kind: kind}
@@ -262,7 +263,12 @@ func (s *Server) state(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, out)
 }
 
+// bytesParam reads a byte string given as name (text) or name_base64;
+// both is a 400 (one of them was ignored unseen).
 func bytesParam(q map[string][]string, name string) ([]byte, bool, error) {
+	if len(q[name]) > 0 && len(q[name+"_base64"]) > 0 {
+		return nil, false, fmt.Errorf("%s: give %s or %s_base64, not both", name, name, name)
+	}
 	if v, ok := q[name]; ok && len(v) > 0 {
 		return []byte(v[0]), true, nil
 	}
