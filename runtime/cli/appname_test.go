@@ -33,3 +33,39 @@ func TestAppArgNotAName(t *testing.T) {
 		t.Errorf("x holds %d files (%v), want none", len(es), err)
 	}
 }
+
+// TestAppArgForms: what the APP check must keep reading (a second read of
+// it): a name with digits, '_' and '-' (the store under .flowrun/), the app
+// file given relative, absolute, through a symlink, without an extension,
+// and a directory that has the app's name (it is the name, not the file).
+func TestAppArgForms(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	app := writeApp(t, dir, "app.yaml", `app: a_1-b2
+flowlets:
+  gen: {type: generator, config: {count: 2}}
+  cnt: {type: clitest_counts}
+connections:
+  - {from: gen, to: cnt}
+`)
+	if code, out := runCLI(t, "run", "--drain", "--progress", "never", "--no-sync", "--http", "off", "app.yaml"); code != 0 {
+		t.Fatalf("run: exit %d\n%s", code, out)
+	}
+	if err := os.Symlink(app, filepath.Join(dir, "link.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("app.yaml", filepath.Join(dir, "appfile")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "a_1-b2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"a_1-b2", "app.yaml", "./app.yaml", "sub/../app.yaml", app, "link.yaml", "appfile"} {
+		if code, out := runCLI(t, "queue", "ls", a); code != 0 || !strings.Contains(out, "gen.out") {
+			t.Errorf("queue ls %s: exit %d, want the app's queues\n%s", a, code, out)
+		}
+	}
+}
