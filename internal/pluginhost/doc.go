@@ -18,11 +18,12 @@
 // side effects (the contract's optional CheckConfig call), so that a
 // mistake is found before the app starts.
 //
-// An input event whose event time the wire cannot carry (int64 Unix
-// nanoseconds, 0 for none: before 1678, after 2262, the epoch itself) is
-// refused with a permanent error, as the SDK refuses such an emit: the
-// runtime dead-letters it, its time intact, instead of the plugin seeing
-// another time or none.
+// An input event the wire cannot carry (an event time outside int64 Unix
+// nanoseconds, 0 for none: before 1678, after 2262, the epoch itself; key
+// names and values or a trace id that are not UTF-8) is refused with a
+// permanent error, as the SDK refuses such an emit: the runtime
+// dead-letters it, intact, instead of the plugin seeing another time or
+// none, or the call failing at every attempt.
 //
 // A plugin that crashes, exits or exceeds the per-call deadline makes the
 // call fail with a *CallError (the runtime aborts the step and the events

@@ -51,3 +51,43 @@ func TestEventTimeOutsideTheWire(t *testing.T) {
 		t.Errorf("the plugin was restarted (pid %d, then %d)", before, after)
 	}
 }
+
+// TestEventTextNotUTF8: an input event's key names and values and its
+// trace id are protobuf strings on the wire, which must be UTF-8; queues
+// take any bytes (a key made from a binary id, say). Such an event made the
+// request unsendable: the plugin process was killed and restarted at every
+// attempt, and the whole batch failed each time. The host refuses it before
+// the call, with a permanent error naming the event, as it does an event
+// time the wire cannot carry: the runtime dead-letters that event alone.
+func TestEventTextNotUTF8(t *testing.T) {
+	p := open(t, "upper", "testplugin", options(t, nil))
+	f := p.Type().New()
+	ctx := flowlettest.New("upper")
+	if err := ctx.Init(f, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer f.(flowlet.Closer).Close()
+	if err := ctx.Process(f, ev("a")); err != nil {
+		t.Fatal(err)
+	}
+	before := pid(f)
+	for name, opt := range map[string]flowlet.EmitOption{
+		"key value": flowlet.Key("x", "\xff\xfe"),
+		"key name":  flowlet.Key("\xff", "v"),
+		"trace id":  flowlet.TraceID("t\xff"),
+	} {
+		n := len(ctx.Emitted())
+		bad := flowlettest.Event("c", opt)
+		bad.ID = "bad-1"
+		err := ctx.Process(f, ev("b"), bad)
+		if err == nil || !flowlet.IsPermanent(err) || !strings.Contains(err.Error(), `"bad-1"`) {
+			t.Errorf("%s: %v, want a permanent error naming the event", name, err)
+		}
+		if got := ctx.Emitted(); len(got) != n {
+			t.Errorf("%s: emitted %+v", name, got[n:])
+		}
+	}
+	if after := pid(f); after != before {
+		t.Errorf("the plugin was restarted (pid %d, then %d)", before, after)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -625,7 +626,7 @@ type eventDeadLetterer interface {
 }
 
 func (in *inst) processBatch(ctx flowlet.Context, evs []flowlet.Event) error {
-	if err := in.checkEventTimes(evs); err != nil {
+	if err := in.checkEvents(evs); err != nil {
 		return err
 	}
 	defer func() {
@@ -642,17 +643,30 @@ func (in *inst) processBatch(ctx flowlet.Context, evs []flowlet.Event) error {
 	})
 }
 
-// checkEventTimes refuses a batch with an event time the wire cannot carry
-// (int64 Unix nanoseconds, 0 for none: before 1678, after 2262, or the
-// epoch itself, all of which queues keep), as the SDK refuses such an
-// emit, instead of the plugin getting another time or none. The error is
-// permanent: the runtime dead-letters that event, time intact, and
-// processes the others one by one.
-func (in *inst) checkEventTimes(evs []flowlet.Event) error {
+// checkEvents refuses a batch with an event the request cannot carry, as
+// the SDK refuses such an emit: an event time outside int64 Unix
+// nanoseconds, 0 for none (before 1678, after 2262, the epoch itself),
+// which the plugin would get as another time or none; key names and
+// values and trace ids that are not UTF-8 (protobuf strings), which make
+// the request unsendable, so that the plugin was killed at every attempt.
+// Queues keep all of these. The error is permanent: the runtime
+// dead-letters that event, intact, and processes the others one by one.
+func (in *inst) checkEvents(evs []flowlet.Event) error {
 	for i := range evs {
-		if t := evs[i].EventTime; !t.IsZero() && (t.UnixNano() == 0 || !time.Unix(0, t.UnixNano()).Equal(t)) {
-			return flowlet.Permanent(fmt.Errorf("flowlet %q: event %q of %q: event time %v cannot travel to the plugin, which takes 1678-2262 except the Unix epoch itself",
-				in.name, evs[i].ID, evs[i].Input, t))
+		e := &evs[i]
+		var problem string
+		if t := e.EventTime; !t.IsZero() && (t.UnixNano() == 0 || !time.Unix(0, t.UnixNano()).Equal(t)) {
+			problem = fmt.Sprintf("event time %v cannot travel to the plugin, which takes 1678-2262 except the Unix epoch itself", t)
+		} else if !utf8.ValidString(e.TraceID) {
+			problem = fmt.Sprintf("trace id %q is not UTF-8 text, which the plugin's wire needs", e.TraceID)
+		}
+		for _, kv := range e.Keys {
+			if problem == "" && (!utf8.ValidString(kv.Name) || !utf8.ValidString(kv.Value)) {
+				problem = fmt.Sprintf("key %q = %q is not UTF-8 text, which the plugin's wire needs", kv.Name, kv.Value)
+			}
+		}
+		if problem != "" {
+			return flowlet.Permanent(fmt.Errorf("flowlet %q: event %q of %q: %s", in.name, e.ID, e.Input, problem))
 		}
 	}
 	return nil
