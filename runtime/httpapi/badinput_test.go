@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -153,6 +154,26 @@ func wantBadParam(t *testing.T, base string, cases map[string]string) {
 		}
 		if err := json.Unmarshal(body, &e); err != nil || code != 400 || !strings.HasPrefix(e.Error, name+": ") {
 			t.Errorf("GET %s: %d %s, want 400 with an error beginning %q", path, code, body, name+": ")
+		}
+	}
+}
+
+// TestUIQueriesAccepted: every API request with a query that the web UI's
+// script makes is one its endpoint takes (an endpoint answers 400 to a
+// parameter it does not take, and the UI would show only the error).
+func TestUIQueriesAccepted(t *testing.T) {
+	_, ts := startApp(t, httpapi.Config{})
+	code, js := do(t, "GET", ts.URL+"/ui/app.js", "", "")
+	if code != 200 {
+		t.Fatalf("GET /ui/app.js: %d", code)
+	}
+	calls := regexp.MustCompile(`api\("GET", "(/api/v1/[^"]*\?[^"]*)"\)`).FindAllSubmatch(js, -1)
+	if len(calls) == 0 {
+		t.Fatal(`no api("GET", "/api/v1/...?...") in the UI's script: this test no longer sees its requests`)
+	}
+	for _, c := range calls {
+		if code, body := do(t, "GET", ts.URL+string(c[1]), "", ""); code != 200 {
+			t.Errorf("the UI's GET %s: %d %s", c[1], code, body)
 		}
 	}
 }
