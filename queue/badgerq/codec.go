@@ -166,6 +166,17 @@ type position struct {
 	idx   uint32
 }
 
+// comparePos orders positions, for slices.SortFunc.
+func comparePos(a, b position) int {
+	switch {
+	case a.less(b):
+		return -1
+	case b.less(a):
+		return 1
+	}
+	return 0
+}
+
 func (p position) less(q position) bool {
 	if p.wp != q.wp {
 		return p.wp < q.wp

@@ -107,7 +107,7 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 	}
 	var levels []levelMax
 	var lstates []*levelState
-	var holes []uint64
+	var holes []position
 	for p := 0; p < q.cfg.Partitions; p++ {
 		states, hold := views[p], holds[p]
 		if hold != 0 {
@@ -156,20 +156,23 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 				}
 				return false
 			}
-			// The holes below posBound: a group that reads one (its
+			// The holes up to posBound: a group that reads one (its
 			// producer committed) may move neither bound nor posBound
 			// (an older hole stays, an open producer pins the position),
 			// yet what it read there is consumed now
-			// (TestEvictReadHoleBehindOlderHole).
+			// (TestEvictReadHoleBehindOlderHole); at posBound itself,
+			// the entries every group read to their end are
+			// (TestEvictEntryReadToItsEndAfterHole). To the event: a hole
+			// read in part moves inside its pointer.
 			holes = holes[:0]
 			for _, l := range lstates {
 				for _, h := range l.holes {
-					if h.wp < posBound {
-						holes = append(holes, h.wp)
+					if h.wp <= posBound {
+						holes = append(holes, h)
 					}
 				}
 			}
-			slices.Sort(holes)
+			slices.SortFunc(holes, comparePos)
 			holes = slices.Compact(holes)
 			if ttl == 0 && bound > 0 && bound <= lm.evictFrom && !lm.evictPos.less(lowPos) && slices.Equal(holes, lm.evictHoles) {
 				// Nothing consumed since the last pass and nothing can
@@ -385,7 +388,7 @@ type evictMove struct {
 	prio  uint8
 	from  uint64
 	pos   position
-	holes []uint64
+	holes []position
 }
 
 // deleteChunk bounds the keys a keyDeleter holds before it writes them.

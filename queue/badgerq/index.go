@@ -32,14 +32,14 @@ type levelMax struct {
 	// every group consumed between evictFrom and there (entries not at a
 	// hole).
 	evictPos position
-	// evictHoles: the groups' holes below evictPos at the last pass
-	// (sorted, each pointer once): the entries there were kept.
-	evictHoles []uint64
+	// evictHoles: the groups' holes up to evictPos's pointer at the last
+	// pass (sorted, each once): the entries there were kept.
+	evictHoles []position
 }
 
 // setEvictFrom records where eviction of level prio starts next time, the
 // lowest scan position it deleted up to and the holes below it it kept.
-func (ix *partIndex) setEvictFrom(prio uint8, wp uint64, pos position, holes []uint64) {
+func (ix *partIndex) setEvictFrom(prio uint8, wp uint64, pos position, holes []position) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for i := range ix.levels {
