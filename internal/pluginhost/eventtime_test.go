@@ -18,13 +18,7 @@ import (
 // runtime dead-letters that event at once and processes the others; the
 // plugin is not called, nor restarted.
 func TestEventTimeOutsideTheWire(t *testing.T) {
-	p := open(t, "upper", "testplugin", options(t, nil))
-	f := p.Type().New()
-	ctx := flowlettest.New("upper")
-	if err := ctx.Init(f, nil); err != nil {
-		t.Fatal(err)
-	}
-	defer f.(flowlet.Closer).Close()
+	f, ctx := startUpper(t)
 	ok := time.Date(2024, 5, 6, 7, 8, 9, 10, time.UTC)
 	if err := ctx.Process(f, flowlettest.Event("a", flowlet.EventTime(ok))); err != nil {
 		t.Fatal(err)
@@ -60,13 +54,7 @@ func TestEventTimeOutsideTheWire(t *testing.T) {
 // the call, with a permanent error naming the event, as it does an event
 // time the wire cannot carry: the runtime dead-letters that event alone.
 func TestEventTextNotUTF8(t *testing.T) {
-	p := open(t, "upper", "testplugin", options(t, nil))
-	f := p.Type().New()
-	ctx := flowlettest.New("upper")
-	if err := ctx.Init(f, nil); err != nil {
-		t.Fatal(err)
-	}
-	defer f.(flowlet.Closer).Close()
+	f, ctx := startUpper(t)
 	if err := ctx.Process(f, ev("a")); err != nil {
 		t.Fatal(err)
 	}
@@ -90,4 +78,17 @@ func TestEventTextNotUTF8(t *testing.T) {
 	if after := pid(f); after != before {
 		t.Errorf("the plugin was restarted (pid %d, then %d)", before, after)
 	}
+}
+
+// startUpper starts an instance of the test plugin, closed with the test.
+func startUpper(t *testing.T) (flowlet.Flowlet, *flowlettest.Context) {
+	t.Helper()
+	p := open(t, "upper", "testplugin", options(t, nil))
+	f := p.Type().New()
+	ctx := flowlettest.New("upper")
+	if err := ctx.Init(f, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.(flowlet.Closer).Close() })
+	return f, ctx
 }
