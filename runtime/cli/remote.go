@@ -39,12 +39,18 @@ func (g *globals) client(appArg string, r *remote) (*httpapi.Client, error) {
 	if token == "" {
 		token = os.Getenv(httpapi.TokenEnv)
 	}
-	if r.addr != "" {
-		return &httpapi.Client{URL: r.addr, Token: token}, nil
-	}
 	ref, err := resolveApp(appArg)
 	if err != nil {
 		return nil, err
+	}
+	if r.addr != "" {
+		// Checked as the address file's is (below): a wrong --addr sent a
+		// scale to the flowlet of that name in whatever app served it.
+		cl := &httpapi.Client{URL: r.addr, Token: token}
+		if app, ok := servedApp(cl); ok && app != ref.name {
+			return nil, &exitError{ExitFailure, fmt.Errorf("%s serves app %q, not %q", r.addr, app, ref.name)}
+		}
+		return cl, nil
 	}
 	dir := g.dataDir(ref.name)
 	info, err := httpapi.ReadAddrFile(dir)
@@ -68,12 +74,19 @@ func (g *globals) client(appArg string, r *remote) (*httpapi.Client, error) {
 		return nil, &exitError{ExitFailure, fmt.Errorf("app %q requires a bearer token: pass --token or set %s", ref.name, httpapi.TokenEnv)}
 	}
 	cl := &httpapi.Client{URL: info.URL, Token: token}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if st, err := cl.Status(ctx); err == nil && st.App != ref.name {
-		return nil, notRunning(fmt.Sprintf("%s serves app %q now", info.URL, st.App))
+	if app, ok := servedApp(cl); ok && app != ref.name {
+		return nil, notRunning(fmt.Sprintf("%s serves app %q now", info.URL, app))
 	}
 	return cl, nil
+}
+
+// servedApp is the name of the app cl reaches, if it answers its status
+// (if not, the command's own request says why).
+func servedApp(cl *httpapi.Client) (string, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := cl.Status(ctx)
+	return st.App, err == nil
 }
 
 // processAlive reports whether a process with this id exists.

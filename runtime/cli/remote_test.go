@@ -61,14 +61,7 @@ func TestScaleOutput(t *testing.T) {
 // or the address serves another app.
 func TestStaleAddrFile(t *testing.T) {
 	t.Setenv("FLOWRUN_HTTP_TOKEN", "")
-	var scaled atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			scaled.Add(1)
-		}
-		w.Write([]byte(`{"app": "other", "ready": true}`))
-	}))
-	defer srv.Close()
+	srv, scaled := otherApp(t)
 	data := t.TempDir()
 	write := func(pid int, tokenRequired bool) {
 		t.Helper()
@@ -97,6 +90,41 @@ func TestStaleAddrFile(t *testing.T) {
 	if n := scaled.Load(); n != 0 {
 		t.Errorf("%d scale requests reached the other app", n)
 	}
+}
+
+// --addr reaching another app than APP (a wrong or stale address) sends it
+// no scale: status showed the other app's status and scale changed its
+// flowlet of the same name, where the address file's is refused (above).
+func TestAddrServesOtherApp(t *testing.T) {
+	t.Setenv("FLOWRUN_HTTP_TOKEN", "")
+	srv, scaled := otherApp(t)
+	for _, args := range [][]string{{"status", "live"}, {"scale", "live", "parser", "3"}, {"top", "live", "-n", "1"}} {
+		code, out := runCLI(t, append(args, "--addr", srv.URL)...)
+		if code != ExitFailure || !strings.Contains(out, srv.URL+` serves app "other", not "live"`) {
+			t.Errorf("%v --addr of another app: exit %d, want 1 naming it\n%s", args, code, out)
+		}
+	}
+	if n := scaled.Load(); n != 0 {
+		t.Errorf("%d scale requests reached the other app", n)
+	}
+	if code, out := runCLI(t, "scale", "other", "parser", "3", "--addr", srv.URL); code != 0 || scaled.Load() != 1 {
+		t.Errorf("scale of the app at --addr: exit %d\n%s", code, out)
+	}
+}
+
+// otherApp serves app "other", counting the scale requests it gets.
+func otherApp(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	var scaled atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			scaled.Add(1)
+			w.Write([]byte(`{"flowlet": "parser", "previous": 1, "instances": 3}`))
+			return
+		}
+		w.Write([]byte(`{"app": "other", "ready": true}`))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &scaled
 }
 
 // status tells a pause that took effect (no step runs) from one whose steps
