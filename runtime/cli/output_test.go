@@ -12,6 +12,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/runtime"
 )
 
 // testFail is a source whose every step fails.
@@ -202,5 +203,32 @@ func TestValidateStoreEmptyAndLocked(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil || code != ExitFailure || !out.Valid || !strings.Contains(out.Store.Error, "app is running") {
 		t.Fatalf("locked store: exit %d, %+v (%v)\n%s", code, out, err, stdout)
+	}
+}
+
+// The summary at the end of a run gives each flowlet's events per second
+// over the run: it gave the live rate of the last second or so, 0 for a
+// run shorter than that (and near 0 for one whose last second was its
+// drain), whatever it processed.
+func TestSummaryRateOverTheRun(t *testing.T) {
+	st := runtime.Status{App: "a", Uptime: 0.5, Drained: true, Flowlets: []runtime.FlowletStatus{
+		{Name: "gen", Instances: 1, Processed: 100, Rate: 0},
+		{Name: "idle", Instances: 1, Processed: 0, Rate: 0},
+	}}
+	var b strings.Builder
+	printSummary(&b, st, nil)
+	rows := map[string][]string{}
+	for _, l := range strings.Split(b.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			rows[f[0]] = f
+		}
+	}
+	if h := rows["flowlet"]; len(h) < 3 || !strings.Contains(strings.Join(h, " "), "avg events/s") {
+		t.Errorf("header %q does not say the rate is the run's average\n%s", h, b.String())
+	}
+	for name, want := range map[string]string{"gen": "200", "idle": "0"} {
+		if r := rows[name]; len(r) < 3 || r[2] != want {
+			t.Errorf("%s: row %q, want %s events/s\n%s", name, r, want, b.String())
+		}
 	}
 }

@@ -330,7 +330,7 @@ func progressView(a *runtime.App, w io.Writer, interval time.Duration, done <-ch
 		case <-t.C:
 		}
 		var b strings.Builder
-		writeTable(&b, a.Status())
+		writeTable(&b, a.Status(), false)
 		out := b.String()
 		if lines > 0 {
 			fmt.Fprintf(w, "\x1b[%dA", lines)
@@ -344,11 +344,23 @@ func progressView(a *runtime.App, w io.Writer, interval time.Duration, done <-ch
 	}
 }
 
-func writeTable(w io.Writer, st runtime.Status) {
+// writeTable writes the flowlets' table of the progress view and of the
+// summary. With avg (the summary at the end), events/s is each flowlet's average over
+// the run: the live rate is of the last second or so, 0 for a run shorter
+// than that and near 0 for one that spent it draining.
+func writeTable(w io.Writer, st runtime.Status, avg bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "flowlet\tinst\tevents/s\tprocessed\tbacklog\tfailed\tdlq\t\n")
+	rateHead := "events/s"
+	if avg {
+		rateHead = "avg events/s"
+	}
+	fmt.Fprintf(tw, "flowlet\tinst\t%s\tprocessed\tbacklog\tfailed\tdlq\t\n", rateHead)
 	for _, f := range st.Flowlets {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%d\t%d\t\n", f.Name, f.Instances, f.Rate, f.Processed, f.Backlog, f.Failed, f.DLQ)
+		rate := f.Rate
+		if avg && st.Uptime > 0 {
+			rate = float64(f.Processed) / st.Uptime
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%d\t%d\t\n", f.Name, f.Instances, rate, f.Processed, f.Backlog, f.Failed, f.DLQ)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "tx: %d committed, %d aborted, %d conflicts, %d empty steps, commit p99 %.1fms   uptime %.0fs\n",
@@ -366,7 +378,7 @@ func printSummary(w io.Writer, st runtime.Status, runErr error) {
 		state = "drained"
 	}
 	fmt.Fprintf(w, "app %s %s after %.1fs\n", st.App, state, st.Uptime)
-	writeTable(w, st)
+	writeTable(w, st, true)
 	for _, f := range st.Flowlets {
 		if f.LastError != "" {
 			fmt.Fprintf(w, "%s: last error: %s\n", f.Name, printable([]byte(f.LastError)))
