@@ -257,6 +257,18 @@ lasts until the app stops: the next run uses the app file's.`,
 	}
 	g.remoteFlags(c, &r)
 	g.addJSON(c)
+	// A negative N looks like a flag to pflag: "unknown shorthand flag:
+	// '1' in -1" named no N.
+	c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		if _, tok, ok := strings.Cut(err.Error(), "unknown shorthand flag: "); ok {
+			if _, v, ok := strings.Cut(tok, " in "); ok {
+				if _, nerr := strconv.Atoi(v); nerr == nil {
+					err = fmt.Errorf("N must be a number >= 1, not %q", v)
+				}
+			}
+		}
+		return &exitError{ExitUsage, err}
+	})
 	return c
 }
 

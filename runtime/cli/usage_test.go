@@ -45,6 +45,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"queue", "ls", "x", "---"}, "bad flag syntax: ---"},
 		{[]string{"state", "scan", "x", "f", "t", "--start", "a", "--start-base64", "YQ=="}, "give --start or --start-base64, not both"},
 		{[]string{"state", "scan", "x", "f", "t", "--start-base64", "a b"}, "--start-base64: illegal base64"},
+		// A negative N was read as a flag: "unknown shorthand flag: '1' in -1".
+		{[]string{"scale", "x", "f", "-1"}, `N must be a number >= 1, not "-1"`},
+		{[]string{"scale", "x", "f", "-20", "--json"}, `N must be a number >= 1, not "-20"`},
 	} {
 		code, out := runCLI(t, append(tc.args, "--data", data)...)
 		if code != ExitUsage || !strings.Contains(out, tc.want) {
