@@ -579,6 +579,11 @@ type callCtx struct {
 	c     *Context
 	mu    sync.Mutex
 	ended bool
+	// done is the call's own context once its Done was asked for,
+	// cancelled with flowlet.ErrStepEnded when the call returns (as in
+	// the runtime: a goroutine waiting on it ends).
+	done   context.Context
+	cancel context.CancelCauseFunc
 }
 
 var _ flowlet.Context = (*callCtx)(nil)
@@ -597,6 +602,9 @@ func (h *callCtx) lock() bool {
 func (h *callCtx) end() {
 	h.mu.Lock()
 	h.ended = true
+	if h.cancel != nil {
+		h.cancel(flowlet.ErrStepEnded)
+	}
 	h.mu.Unlock()
 }
 
@@ -613,11 +621,26 @@ func (h *callCtx) ctx() context.Context {
 		return endedContext
 	}
 	defer h.mu.Unlock()
+	if h.done != nil {
+		return h.done
+	}
 	return h.c.Context
 }
 
+// Done is closed once the call returned, the channel given during the
+// call too.
+func (h *callCtx) Done() <-chan struct{} {
+	if !h.lock() {
+		return endedContext.Done()
+	}
+	defer h.mu.Unlock()
+	if h.done == nil {
+		h.done, h.cancel = context.WithCancelCause(h.c.Context)
+	}
+	return h.done.Done()
+}
+
 func (h *callCtx) Deadline() (time.Time, bool) { return h.ctx().Deadline() }
-func (h *callCtx) Done() <-chan struct{}       { return h.ctx().Done() }
 func (h *callCtx) Err() error                  { return h.ctx().Err() }
 func (h *callCtx) Value(key any) any           { return h.ctx().Value(key) }
 func (h *callCtx) Name() string                { return h.c.Name() }

@@ -42,6 +42,13 @@ type stepCtx struct {
 	dlNext int   // where DeadLetterEvent starts looking for its event
 	resp   pb.StepResponse
 	opts   flowlet.EmitOptions // an emit's resolved options, reused (Resolve)
+	// callDone is the call's own context once its Done was asked for (a
+	// goroutine may wait on it, or on a context derived from it):
+	// cancelled with flowlet.ErrStepEnded when the call returns, as in the
+	// runtime, where the host's context (the step channel's, the Steps
+	// stream's) lasts from step to step.
+	callDone   context.Context
+	callCancel context.CancelCauseFunc
 }
 
 // callCtx is the flowlet.Context of one call. It is made for each call
@@ -67,14 +74,29 @@ func (k *callCtx) ctx() context.Context {
 	if k.c.check(k.seq, nil) != nil {
 		return endedContext
 	}
+	if d := k.c.callDone; d != nil {
+		return d
+	}
 	return k.c.Context
 }
 
 // Deadline implements context.Context.
 func (k *callCtx) Deadline() (time.Time, bool) { return k.ctx().Deadline() }
 
-// Done implements context.Context.
-func (k *callCtx) Done() <-chan struct{} { return k.ctx().Done() }
+// Done implements context.Context: closed once the call returned, the
+// channel given during the call too.
+func (k *callCtx) Done() <-chan struct{} {
+	c := k.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.check(k.seq, nil) != nil {
+		return endedContext.Done()
+	}
+	if c.callDone == nil {
+		c.callDone, c.callCancel = context.WithCancelCause(c.Context)
+	}
+	return c.callDone.Done()
+}
 
 // Err implements context.Context.
 func (k *callCtx) Err() error { return k.ctx().Err() }
@@ -193,6 +215,10 @@ func (c *stepCtx) response(err error) *pb.StepResponse {
 	// The call's context is dropped; one that is done stands in for it, so
 	// that a kept Context says the step is over instead of panicking.
 	c.writes, c.dead, c.Context, c.ended = nil, nil, endedContext, true
+	if c.callCancel != nil {
+		c.callCancel(flowlet.ErrStepEnded)
+		c.callDone, c.callCancel = nil, nil
+	}
 	return r
 }
 
