@@ -18,8 +18,9 @@ import (
 // Context is valid only during the call that receives it: goroutines the
 // call starts may use it until the call returns (their calls are
 // serialized), and afterwards every call answers ErrStepEnded, as do the
-// tables, counters and iterators it gave out. An Iterator itself is for one
-// goroutine.
+// tables, counters and iterators it gave out, and its Done channel (the one
+// given during the call too) is closed, with ErrStepEnded as the cause of
+// the contexts derived from it. An Iterator itself is for one goroutine.
 type Context interface {
 	context.Context
 
