@@ -184,9 +184,15 @@ type queueRT struct {
 	// (TestDepthCheckSeesCommitBetweenLoads).
 	usedEvents, usedBytes atomic.Int64
 	expired               atomic.Int64 // evicted by TTL before every group read them
-	spaceMu               sync.Mutex
-	space                 chan struct{} // closed when depth shrinks
-	rr                    atomic.Uint32 // producers' rotating start partition
+	// expiries counts the eviction passes that expired entries in slots
+	// they held (mayExpire), each after its deletes landed and before it
+	// gave the slots back: a Dequeue whose read opened before one reopens
+	// it for a partition it leases after (the read still saw what the
+	// pass deleted, and the event counted twice).
+	expiries atomic.Uint64
+	spaceMu  sync.Mutex
+	space    chan struct{} // closed when depth shrinks
+	rr       atomic.Uint32 // producers' rotating start partition
 	// leaseWait: a consumer skipped a partition leased by another
 	// transaction; the background loop wakes the consumers once such a
 	// transaction ends without releasing its leases (wakeLeaseWaiters).

@@ -468,8 +468,12 @@ func (c *consumer) DequeueAppend(dst []queue.Entry, max int) ([]queue.Entry, err
 		return dst, err
 	}
 	c.now = c.b.opts.Now()
-	// Opened at the first partition worth reading.
+	// Opened at the first partition worth reading, again at a partition
+	// leased after a TTL pass expired entries in slots it held (expiries):
+	// the pass may have held this one, and its deletes are not in a read
+	// opened before them (TestTTLEvictionBetweenPartitionsOfOneRead).
 	var txn *badger.Txn
+	var expiries uint64
 	defer func() {
 		if txn != nil {
 			txn.Discard()
@@ -491,11 +495,16 @@ func (c *consumer) DequeueAppend(dst []queue.Entry, max int) ([]queue.Entry, err
 		if w == nil {
 			continue
 		}
-		if leasedTestHook != nil {
-			leasedTestHook(p)
+		if txn != nil && !had && c.q.expiries.Load() != expiries {
+			txn.Discard()
+			txn = nil
 		}
 		if txn == nil {
+			expiries = c.q.expiries.Load()
 			txn = c.b.db.NewTransaction(false)
+		}
+		if leasedTestHook != nil {
+			leasedTestHook(p)
 		}
 		if out, err = c.readPartition(txn, p, w, max, out); err != nil {
 			clear(out[len(dst):])
@@ -518,7 +527,8 @@ func (c *consumer) DequeueAppend(dst []queue.Entry, max int) ([]queue.Entry, err
 }
 
 // leasedTestHook, if set, runs in Dequeue after each partition it leased or
-// holds, before reading it (tests: to take the lease over there).
+// holds, before reading it, its read open (tests: to take the lease over
+// there, or to run an eviction pass).
 var leasedTestHook func(p int)
 
 // readPartition appends up to max-len(out) entries of partition p, highest

@@ -82,6 +82,9 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 			b.freed.Add(del.bytes)
 			q.signalSpace()
 		}
+		if len(gated) > 0 {
+			q.expiries.Add(1) // before the slots go back: see expiries
+		}
 		q.endExpiry(ev, gated)
 	}()
 	// Where each level's next pass starts, applied once every delete

@@ -27,20 +27,13 @@ func TestEvictSeesEntriesItsCursorsPassed(t *testing.T) {
 			qs, must := e.Queues, mustT(t)
 			must(qs.CreateQueue("q", queue.Config{Partitions: 2}))
 			must(qs.AddGroup("q", queue.Group{Name: "g", Strategy: queue.Hash, Instances: 1}))
-			keyOf := func(part uint64) []byte {
-				for i := 0; ; i++ {
-					if k := fmt.Appendf(nil, "k%d", i); xxhash.Sum64(k)%2 == part {
-						return k
-					}
-				}
-			}
 			produce := func(part uint64) {
 				p, err := qs.Producer("q")
 				must(err)
 				ctx := e.Coord.NewContext(p)
 				_, err = ctx.Start(time.Minute)
 				must(err)
-				must(p.Enqueue(context.Background(), queue.Event{Payload: []byte("e"), Key: keyOf(part)}))
+				must(p.Enqueue(context.Background(), queue.Event{Payload: []byte("e"), Key: keyFor(part, 2)}))
 				must(ctx.Finish())
 			}
 			consume := func() {
@@ -74,5 +67,14 @@ func TestEvictSeesEntriesItsCursorsPassed(t *testing.T) {
 				t.Fatalf("depth %d (%v) after two passes, every entry consumed", info.Events, err)
 			}
 		})
+	}
+}
+
+// keyFor returns a key whose events go to partition part of parts.
+func keyFor(part, parts uint64) []byte {
+	for i := 0; ; i++ {
+		if k := fmt.Appendf(nil, "k%d", i); xxhash.Sum64(k)%parts == part {
+			return k
+		}
 	}
 }
