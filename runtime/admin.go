@@ -53,6 +53,23 @@ func (a *App) Ingest(ctx context.Context, flowletName, input string, events []In
 	if frt == nil {
 		return 0, fmt.Errorf("%w %q", ErrUnknownFlowlet, flowletName)
 	}
+	// The request is checked whatever its events: a source has no input,
+	// and an input the flowlet does not have is refused even with no
+	// events (both answered 200 before).
+	if len(frt.fl.Inputs) == 0 && input != "" {
+		return 0, fmt.Errorf("%w: flowlet %q is a source: it has no input %q", ErrBadRequest, flowletName, input)
+	}
+	if len(frt.fl.Inputs) > 0 {
+		if input == "" {
+			if len(frt.fl.Inputs) != 1 {
+				return 0, fmt.Errorf("%w: flowlet %q has %d inputs (%v): name one", ErrBadRequest, flowletName, len(frt.fl.Inputs), frt.fl.Inputs)
+			}
+			input = frt.fl.Inputs[0]
+		}
+		if !slices.Contains(frt.fl.Inputs, input) {
+			return 0, fmt.Errorf("%w: %q is not an input of flowlet %q (inputs: %v)", ErrBadRequest, input, flowletName, frt.fl.Inputs)
+		}
+	}
 	if len(events) == 0 {
 		return 0, nil
 	}
@@ -109,15 +126,6 @@ func (a *App) Ingest(ctx context.Context, flowletName, input string, events []In
 			return 0, err
 		}
 		return len(events), nil
-	}
-	if input == "" {
-		if len(frt.fl.Inputs) != 1 {
-			return 0, fmt.Errorf("%w: flowlet %q has %d inputs (%v): name one", ErrBadRequest, flowletName, len(frt.fl.Inputs), frt.fl.Inputs)
-		}
-		input = frt.fl.Inputs[0]
-	}
-	if !slices.Contains(frt.fl.Inputs, input) {
-		return 0, fmt.Errorf("%w: %q is not an input of flowlet %q (inputs: %v)", ErrBadRequest, input, flowletName, frt.fl.Inputs)
 	}
 	keyName := a.plan.Queue(input).Key
 	evs := make([]queue.Event, len(events))

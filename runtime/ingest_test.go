@@ -80,6 +80,18 @@ connections:
 	if _, err := a.Ingest(context.Background(), "c", "", big); !errors.Is(err, runtime.ErrBadRequest) {
 		t.Errorf("an event over MaxPayload to a queue: %v, want ErrBadRequest", err)
 	}
+	// An input the flowlet does not have is refused whatever the events:
+	// a source has none (it took the events, 200), and no events skipped
+	// the check (0 accepted, 200).
+	one := []runtime.IngestEvent{{Payload: []byte("x")}}
+	for _, c := range []struct {
+		fl, input string
+		evs       []runtime.IngestEvent
+	}{{"src", "nope", one}, {"src", "nope", nil}, {"c", "nope", nil}} {
+		if n, err := a.Ingest(context.Background(), c.fl, c.input, c.evs); !errors.Is(err, runtime.ErrBadRequest) || !strings.Contains(err.Error(), `"nope"`) {
+			t.Errorf("ingest into %s, input nope, %d events: %d, %v; want ErrBadRequest naming the input", c.fl, len(c.evs), n, err)
+		}
+	}
 
 	ingested := make(chan error, 1)
 	go func() {
