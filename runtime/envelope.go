@@ -103,15 +103,25 @@ type DeadLetter struct {
 	PayloadBytes int  `json:"payload_bytes,omitempty"`
 }
 
-// Records are version 1; a truncated record is version 2, which adds
-// uvarint(flags) uvarint(payload bytes) before the payload (flag 1:
-// truncated). Untruncated records stay version 1, byte for byte.
+// Records are version 1; a truncated record, or one whose event time
+// UnixNano cannot hold (outside 1678–2262, or the Unix epoch itself, which
+// version 1 writes as 0: no time), is version 2, which adds uvarint(flags)
+// uvarint(payload bytes) before the payload (flag 1: truncated; flag 2: the
+// event time follows as varint(seconds) uvarint(nanoseconds), and the
+// version 1 field holds 0). Other records stay version 1, byte for byte.
 const (
 	dlqVersion      = 1
 	dlqVersionTrunc = 2
 	dlqFlagTrunc    = 1
+	dlqFlagWideTime = 2
 	maxErrorBytes   = 16 << 10
 )
+
+// narrowTime reports whether t (not zero) is written as its UnixNano.
+func narrowTime(t time.Time) bool {
+	ns := t.UnixNano()
+	return ns != 0 && time.Unix(0, ns).Equal(t)
+}
 
 func encodeDeadLetter(d *DeadLetter) []byte {
 	e := d.Error
@@ -119,7 +129,14 @@ func encodeDeadLetter(d *DeadLetter) []byte {
 		e = e[:maxErrorBytes] + "…(truncated)"
 	}
 	b := make([]byte, 0, 64+len(e)+len(d.Payload))
+	var flags uint64
 	if d.Truncated {
+		flags |= dlqFlagTrunc
+	}
+	if !d.EventTime.IsZero() && !narrowTime(d.EventTime) {
+		flags |= dlqFlagWideTime
+	}
+	if flags != 0 {
 		b = append(b, dlqVersionTrunc)
 	} else {
 		b = append(b, dlqVersion)
@@ -130,7 +147,7 @@ func encodeDeadLetter(d *DeadLetter) []byte {
 	b = binary.AppendUvarint(b, uint64(d.Attempts))
 	b = binary.AppendVarint(b, d.Time.UnixNano())
 	var et int64
-	if !d.EventTime.IsZero() {
+	if !d.EventTime.IsZero() && flags&dlqFlagWideTime == 0 {
 		et = d.EventTime.UnixNano()
 	}
 	b = binary.AppendVarint(b, et)
@@ -140,9 +157,13 @@ func encodeDeadLetter(d *DeadLetter) []byte {
 		b = binenc.AppendString(b, kv.Name)
 		b = binenc.AppendString(b, kv.Value)
 	}
-	if d.Truncated {
-		b = binary.AppendUvarint(b, dlqFlagTrunc)
+	if flags != 0 {
+		b = binary.AppendUvarint(b, flags)
 		b = binary.AppendUvarint(b, uint64(d.PayloadBytes))
+		if flags&dlqFlagWideTime != 0 {
+			b = binary.AppendVarint(b, d.EventTime.Unix())
+			b = binary.AppendUvarint(b, uint64(d.EventTime.Nanosecond()))
+		}
 	}
 	return append(b, d.Payload...)
 }
@@ -168,8 +189,17 @@ func decodeDeadLetter(flowletName string, b []byte) (DeadLetter, error) {
 		d.Keys = append(d.Keys, flowlet.KeyValue{Name: r.String(), Value: r.String()})
 	}
 	if b[0] == dlqVersionTrunc {
-		d.Truncated = r.Uvarint()&dlqFlagTrunc != 0
+		flags := r.Uvarint()
+		d.Truncated = flags&dlqFlagTrunc != 0
 		d.PayloadBytes = int(r.Uvarint())
+		if flags&dlqFlagWideTime != 0 {
+			sec := r.Varint()
+			ns := r.Uvarint()
+			if ns >= 1e9 {
+				return d, errBadEnvelope
+			}
+			d.EventTime = time.Unix(sec, int64(ns))
+		}
 	}
 	if err := r.Err(); err != nil {
 		return d, err

@@ -148,3 +148,36 @@ func TestDeadLetterRecordTruncated(t *testing.T) {
 		t.Fatalf("version %d, decoded %+v, %v", b[0], got, err)
 	}
 }
+
+// A dead letter keeps its event's time whatever it is: the record wrote it
+// as UnixNano, so a time outside 1678–2262 came back as another (3000 as
+// 1830) and the Unix epoch as no time at all, where the queues keep both
+// (a replayed event went back in with the wrong time). Records of times
+// UnixNano holds stay version 1, byte for byte.
+func TestDeadLetterEventTimeKept(t *testing.T) {
+	for _, et := range []time.Time{
+		{},
+		time.Unix(0, 0),
+		time.Unix(1, 0),
+		time.Unix(-1, 5),
+		time.Date(2026, 11, 22, 10, 0, 0, 123, time.UTC),
+		time.Date(3000, 1, 2, 3, 4, 5, 6, time.UTC),
+		time.Date(1500, 1, 2, 3, 4, 5, 6, time.UTC),
+		time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC),
+	} {
+		for _, trunc := range []bool{false, true} {
+			d := DeadLetter{Input: "a.out", EventID: "1", Error: "e", Attempts: 2, Time: time.Unix(5, 0), EventTime: et, TraceID: "t", Payload: []byte("abc"), Truncated: trunc}
+			if trunc {
+				d.PayloadBytes = 9
+			}
+			b := encodeDeadLetter(&d)
+			got, err := decodeDeadLetter("f", b)
+			if err != nil || !got.EventTime.Equal(et) || got.EventTime.IsZero() != et.IsZero() || got.Truncated != trunc || string(got.Payload) != "abc" || got.TraceID != "t" {
+				t.Errorf("event time %v, truncated %v: decoded %v (%+v), %v", et, trunc, got.EventTime, got, err)
+			}
+			if ns := et.UnixNano(); !trunc && (et.IsZero() || (ns != 0 && time.Unix(0, ns).Equal(et))) && b[0] != dlqVersion {
+				t.Errorf("event time %v: version %d, want %d", et, b[0], dlqVersion)
+			}
+		}
+	}
+}
