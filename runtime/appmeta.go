@@ -65,13 +65,28 @@ func (s *store) setMeta(kv ...string) error {
 	return tx.SyncBadger(s.db)
 }
 
-// checkApp checks that the store is app's and says whether it records so.
-// A store from before the record is app's if it holds flowlet state of app,
-// or of no app at all.
+// checkApp checks that the store is app's (otherApp) and says whether it
+// records so.
 func (s *store) checkApp(app string) (recorded bool, err error) {
+	name, recorded, err := s.otherApp(app)
+	if err != nil {
+		return recorded, err
+	}
+	if name != "" {
+		return recorded, fmt.Errorf("%w: %s holds the state and queues of app %q, and this app is %q: flowlet state is kept per app name, so its sources would start over while the queues still hold %q's events — keep app: %s, or give this app a data directory of its own (--data)",
+			ErrOtherApp, s.dir, name, app, name, name)
+	}
+	return recorded, nil
+}
+
+// otherApp names the app whose store this is when that is not app ("" when
+// it is app's, or nobody's yet), and says whether the store records its
+// app. A store from before the record is app's if it holds flowlet state of
+// app, or of no app at all.
+func (s *store) otherApp(app string) (name string, recorded bool, err error) {
 	name, ok, err := s.getMeta(appNameKey)
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	recorded = ok
 	if !ok {
@@ -79,17 +94,31 @@ func (s *store) checkApp(app string) (recorded bool, err error) {
 		// of more than one app.
 		apps, err := s.stateApps()
 		if err != nil {
-			return false, err
+			return "", false, err
 		}
 		if len(apps) > 0 && !slices.Contains(apps, app) {
 			name, ok = apps[0], true
 		}
 	}
-	if ok && name != app {
-		return recorded, fmt.Errorf("%w: %s holds the state and queues of app %q, and this app is %q: flowlet state is kept per app name, so its sources would start over while the queues still hold %q's events — keep app: %s, or give this app a data directory of its own (--data)",
-			ErrOtherApp, s.dir, name, app, name, name)
+	if !ok || name == app {
+		return "", recorded, nil
 	}
-	return recorded, nil
+	return name, recorded, nil
+}
+
+// CheckApp fails with ErrOtherApp when the store holds another app's data:
+// reads of app in it would answer for that app ("no state", its queues).
+func (s *Store) CheckApp(app string) error {
+	exit, err := s.st.enter()
+	if err != nil {
+		return err
+	}
+	defer exit()
+	name, _, err := s.st.otherApp(app)
+	if err != nil || name == "" {
+		return err
+	}
+	return fmt.Errorf("%w: %s holds the data of app %q, not of %q (read it as %s, or give %s's own data directory with --data)", ErrOtherApp, s.st.dir, name, app, name, app)
 }
 
 // stateApps lists the app names that have flowlet state in the store.

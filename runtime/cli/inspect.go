@@ -275,7 +275,16 @@ func (g *globals) openApp(appArg string) (appRef, *runtime.Store, error) {
 		return ref, nil, err
 	}
 	s, err := g.openStore(ref.name)
-	return ref, s, err
+	if err != nil {
+		return ref, s, err
+	}
+	if err := s.CheckApp(ref.name); err != nil {
+		// --data naming another app's store: its reads would answer for
+		// that app under this one's name.
+		s.Close()
+		return ref, nil, &exitError{ExitFailure, err}
+	}
+	return ref, s, nil
 }
 
 // checkFlowlet rejects a flowlet the app does not have (a typo used to read

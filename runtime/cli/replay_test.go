@@ -34,3 +34,34 @@ connections:
 		t.Errorf("dlq replay of its own app: exit %d\n%s", code, out)
 	}
 }
+
+// Reads name whose store they read: one app's store given (--data) with
+// another app's name or file answered as if that app had nothing ("no
+// state", an empty DLQ: exit 0), and a queue tail listed the other app's
+// events under its name.
+func TestReadsRefuseOtherAppsStore(t *testing.T) {
+	const graph = `
+flowlets:
+  gen: {type: generator, config: {count: 3}}
+  sink: {type: clitest_reject, retries: {max: 0}}
+connections:
+  - {from: gen, to: sink}
+`
+	_, data := drainedApp(t, "app: one"+graph)
+	other := writeApp(t, t.TempDir(), "other.yaml", "app: two"+graph)
+	for _, args := range [][]string{
+		{"dlq", "ls", "--data", data, "two", "sink"},
+		{"dlq", "ls", "--data", data, other, "sink"},
+		{"queue", "ls", "--data", data, "two"},
+		{"queue", "tail", "--data", data, "two", "gen.out"},
+		{"state", "get", "--data", data, "two", "sink", "t"},
+	} {
+		code, stdout, stderr := runCLI2(t, args...)
+		if code != ExitFailure || stdout != "" || !strings.Contains(stderr, `app "one"`) {
+			t.Errorf("%v: exit %d, want 1 naming app one\nstdout: %s\nstderr: %s", args, code, stdout, stderr)
+		}
+	}
+	if code, stdout, stderr := runCLI2(t, "dlq", "ls", "--data", data, "one", "sink"); code != 0 || strings.Count(stdout, "\n") != 3 {
+		t.Errorf("dlq ls of the store's own app: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
