@@ -1,6 +1,7 @@
 package pluginhost_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/flowrun/flowrun/flowlet"
 	"github.com/flowrun/flowrun/flowlet/flowlettest"
+	"github.com/flowrun/flowrun/internal/pluginhost"
 )
 
 // TestEventTimeOutsideTheWire: the wire carries an event time as int64
@@ -91,4 +93,24 @@ func startUpper(t *testing.T) (flowlet.Flowlet, *flowlettest.Context) {
 	}
 	t.Cleanup(func() { f.(flowlet.Closer).Close() })
 	return f, ctx
+}
+
+// TestUnsendableRequestNotCalledAnExit: a step whose request the host
+// cannot send (one the plugin never got) ends with the host killing the
+// live process; the error said "the plugin process exited", as for a
+// crash, because the host looked for the exit only after its own kill.
+func TestUnsendableRequestNotCalledAnExit(t *testing.T) {
+	f, ctx := startUpper(t)
+	if err := ctx.Process(f, ev("a")); err != nil {
+		t.Fatal(err)
+	}
+	err := pluginhost.SendUnsendable(f, ctx)
+	var ce *pluginhost.CallError
+	if !errors.As(err, &ce) || ce.Timeout || strings.Contains(err.Error(), "exited") ||
+		!strings.Contains(err.Error(), "the plugin was killed") || !strings.Contains(err.Error(), "UTF-8") {
+		t.Fatalf("got %v, want a CallError naming the cause and saying the host killed the plugin", err)
+	}
+	if err := ctx.Process(f, ev("b")); err != nil {
+		t.Fatal(err)
+	}
 }

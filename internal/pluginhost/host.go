@@ -406,8 +406,9 @@ func (e *HandshakeError) Error() string {
 func (e *HandshakeError) Unwrap() error { return e.Err }
 
 // CallError is a call the plugin process did not answer: it crashed,
-// exited, broke the connection or exceeded the deadline. The process has
-// been killed; the next call starts a new one.
+// exited, broke the connection or exceeded the deadline, or the host could
+// not send the request. The process has been killed (its message says
+// whether it had exited by itself); the next call starts a new one.
 type CallError struct {
 	Flowlet  string
 	Instance int

@@ -248,24 +248,26 @@ func (in *inst) ensure(ctx context.Context) (*proc, error) {
 	if err != nil {
 		st, ok := status.FromError(err)
 		refused := ok && st.Code() == codes.FailedPrecondition && !pr.exited()
+		timedOut := ctx.Err() == nil && errors.Is(ictx.Err(), context.DeadlineExceeded)
+		exited := !refused && !timedOut && exitedByItself(pr)
 		pr.kill()
 		in.fails++
 		in.lastFail = time.Now()
 		if refused {
 			return nil, &InitError{Flowlet: in.name, Instance: in.idx, Message: st.Message()}
 		}
-		return nil, in.callError("Init", err, ctx.Err() == nil && errors.Is(ictx.Err(), context.DeadlineExceeded), pr)
+		return nil, in.callError("Init", err, timedOut, exited, pr)
 	}
 	// OpenChannel has a deadline of its own: an Init that took most of
 	// its call timeout must not leave it too little.
 	octx, ocancel := context.WithTimeout(ctx, in.p.opts.CallTimeout)
 	defer ocancel()
 	if err := pr.openChannel(octx); err != nil {
-		if pr.exited() || ctx.Err() != nil {
+		if exited := pr.exited(); exited || ctx.Err() != nil {
 			pr.kill()
 			in.fails++
 			in.lastFail = time.Now()
-			return nil, in.callError("OpenChannel", err, false, pr)
+			return nil, in.callError("OpenChannel", err, false, exited, pr)
 		}
 		// A channel the plugin could not open (a socket path too long,
 		// say, or not within its deadline) is no reason to fail: the Steps
@@ -395,22 +397,29 @@ func (in *inst) channelStep(ctx context.Context, pr *proc, call *pb.StepCall) (*
 	return &pr.resp, false, nil
 }
 
-// callError describes a failed call; the process has been killed.
-func (in *inst) callError(op string, err error, timedOut bool, pr *proc) error {
+// exitedByItself reports whether a failed call's process exited by
+// itself, giving go-plugin a moment to see an exit (a crash breaks the
+// connection a little before). Asked before the host kills the process:
+// after its kill, every process has exited.
+func exitedByItself(pr *proc) bool {
+	for i := 0; i < 20 && !pr.exited(); i++ {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return pr.exited()
+}
+
+// callError describes a failed call; the process has been killed, by the
+// host unless exited (exitedByItself before the kill).
+func (in *inst) callError(op string, err error, timedOut, exited bool, pr *proc) error {
 	ce := &CallError{Flowlet: in.name, Instance: in.idx, Op: op}
 	switch {
 	case timedOut:
 		ce.Timeout = true
 		ce.Err = fmt.Errorf("no answer within the deadline of %v; the plugin was killed and restarts at the next call", in.p.opts.CallTimeout)
+	case exited:
+		ce.Err = fmt.Errorf("the plugin process exited (%v); it restarts at the next call", err)
 	default:
-		for i := 0; i < 20 && !pr.exited(); i++ {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if pr.exited() {
-			ce.Err = fmt.Errorf("the plugin process exited (%v); it restarts at the next call", err)
-		} else {
-			ce.Err = fmt.Errorf("%w; the plugin was killed and restarts at the next call", err)
-		}
+		ce.Err = fmt.Errorf("%w; the plugin was killed and restarts at the next call", err)
 	}
 	ce.Stderr = pr.logs.tail()
 	return ce
@@ -441,13 +450,14 @@ func (in *inst) call(ctx flowlet.Context, kind pb.StepCall_Op, evs []flowlet.Eve
 	in.cb.mu.Unlock()
 	if err != nil {
 		in.setProc(nil)
+		exited := !timedOut && ctx.Err() == nil && exitedByItself(pr)
 		pr.kill()
 		in.fails++
 		in.lastFail = time.Now()
 		if ctx.Err() != nil {
 			return fmt.Errorf("flowlet %q instance %d: plugin %s: %w", in.name, in.idx, op, ctx.Err())
 		}
-		return in.callError(op, err, timedOut, pr)
+		return in.callError(op, err, timedOut, exited, pr)
 	}
 	in.fails = 0
 	if cbErr != nil {
