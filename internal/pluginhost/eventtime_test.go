@@ -114,3 +114,25 @@ func TestUnsendableRequestNotCalledAnExit(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestNotUTF8ReasonBounded: the error refusing an event whose key value or
+// trace id is not UTF-8 quoted the whole text, four bytes for each bad one:
+// a binary key of 64 KiB made a reason of 256 KiB, logged at each failure
+// and stored in the dead-letter record beside the key itself (where a large
+// one gets the record truncated, its payload cut). It quotes the start.
+func TestNotUTF8ReasonBounded(t *testing.T) {
+	f, ctx := startUpper(t)
+	long := strings.Repeat("\xff", 64<<10)
+	for name, opt := range map[string]flowlet.EmitOption{
+		"key value": flowlet.Key("k", long),
+		"key name":  flowlet.Key(long, "v"),
+		"trace id":  flowlet.TraceID(long),
+	} {
+		err := ctx.Process(f, flowlettest.Event("c", opt))
+		if err == nil || !flowlet.IsPermanent(err) || len(err.Error()) > 1024 ||
+			!strings.Contains(err.Error(), "not UTF-8") || !strings.Contains(err.Error(), fmt.Sprint(len(long), " bytes")) {
+			msg := fmt.Sprint(err)
+			t.Errorf("%s: a permanent error of %d bytes: %.300s; want one under 1 KiB saying what is not UTF-8 and its size", name, len(msg), msg)
+		}
+	}
+}

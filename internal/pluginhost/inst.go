@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -668,11 +669,11 @@ func (in *inst) checkEvents(evs []flowlet.Event) error {
 		if t := e.EventTime; !t.IsZero() && (t.UnixNano() == 0 || !time.Unix(0, t.UnixNano()).Equal(t)) {
 			problem = fmt.Sprintf("event time %v cannot travel to the plugin, which takes 1678-2262 except the Unix epoch itself", t)
 		} else if !utf8.ValidString(e.TraceID) {
-			problem = fmt.Sprintf("trace id %q is not UTF-8 text, which the plugin's wire needs", e.TraceID)
+			problem = fmt.Sprintf("trace id %s is not UTF-8 text, which the plugin's wire needs", quoteStart(e.TraceID))
 		}
 		for _, kv := range e.Keys {
 			if problem == "" && (!utf8.ValidString(kv.Name) || !utf8.ValidString(kv.Value)) {
-				problem = fmt.Sprintf("key %q = %q is not UTF-8 text, which the plugin's wire needs", kv.Name, kv.Value)
+				problem = fmt.Sprintf("key %s = %s is not UTF-8 text, which the plugin's wire needs", quoteStart(kv.Name), quoteStart(kv.Value))
 			}
 		}
 		if problem != "" {
@@ -680,6 +681,17 @@ func (in *inst) checkEvents(evs []flowlet.Event) error {
 		}
 	}
 	return nil
+}
+
+// quoteStart quotes s, or its first 64 bytes and its length when longer:
+// the error is logged at each failure and kept in the dead-letter record,
+// beside the text itself (a binary key may be large).
+func quoteStart(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%q… (%d bytes)", s[:n], len(s))
 }
 
 // maxKeptBuffer bounds the batch buffer kept for the next call.
