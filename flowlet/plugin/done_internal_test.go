@@ -38,13 +38,8 @@ func (w *waiter) ProcessBatch(ctx flowlet.Context, _ []flowlet.Event) error {
 // Steps stream (whose context lasts as long as the process) they stayed
 // open: such goroutines waited forever, one more each step.
 func TestDoneClosesWhenStepEnds(t *testing.T) {
-	devnull, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	defer devnull.Close()
 	w := &waiter{}
-	s := newServer(nil, func() flowlet.Flowlet { return w }, flowlet.TypeInfo{}, devnull)
-	if _, err := s.Init(context.Background(), &pb.InitRequest{Name: "waiter", Instances: 1}); err != nil {
-		t.Fatal(err)
-	}
+	s := initedServer(t, "waiter", w)
 	for id := uint64(1); id <= 2; id++ {
 		// The channel's context: not cancelled when a step ends.
 		if _, err := s.ProcessBatch(context.Background(), &pb.BatchRequest{Step: &pb.StepRequest{CallId: id}}); err != nil {
@@ -65,4 +60,67 @@ func TestDoneClosesWhenStepEnds(t *testing.T) {
 			t.Errorf("step %d: a derived context's cause is %v, want flowlet.ErrStepEnded", id, cause)
 		}
 	}
+}
+
+// panicker keeps the Done channel of each Process call and panics on the
+// event "panic".
+type panicker struct{ dones []<-chan struct{} }
+
+func (p *panicker) Process(ctx flowlet.Context, ev flowlet.Event) error {
+	p.dones = append(p.dones, ctx.Done())
+	if string(ev.Payload) == "panic" {
+		panic("boom")
+	}
+	return nil
+}
+
+// TestDoneClosesAfterPanic: a step that panics (recovered by the SDK)
+// still closes the Done channels it gave, and the next step's is another,
+// open during that step and closed after it.
+func TestDoneClosesAfterPanic(t *testing.T) {
+	p := &panicker{}
+	s := initedServer(t, "panicker", p)
+	batch := func(id uint64, payloads ...string) *pb.StepResponse {
+		req := &pb.BatchRequest{Step: &pb.StepRequest{CallId: id}}
+		for _, pl := range payloads {
+			req.Events = append(req.Events, &pb.Event{Id: pl, Payload: []byte(pl)})
+		}
+		r, err := s.ProcessBatch(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := batch(1, "a", "panic"); r.GetError().GetKind() != pb.Error_PANIC {
+		t.Fatalf("step 1: %v, want the panic", r.GetError())
+	}
+	if r := batch(2, "b"); r.GetError() != nil {
+		t.Fatalf("step 2: %v", r.GetError())
+	}
+	if len(p.dones) != 3 || p.dones[2] == p.dones[0] {
+		t.Fatalf("Done channels %v: want 3, step 2's another than step 1's", p.dones)
+	}
+	for i, d := range p.dones {
+		select {
+		case <-d:
+		default:
+			t.Errorf("call %d: its Done channel is still open after its step", i)
+		}
+	}
+}
+
+// initedServer is a server of f (every instance is f), initialized as the
+// only instance of flowlet name, its log discarded.
+func initedServer(t *testing.T, name string, f flowlet.Flowlet) *server {
+	t.Helper()
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { devnull.Close() })
+	s := newServer(nil, func() flowlet.Flowlet { return f }, flowlet.TypeInfo{}, devnull)
+	if _, err := s.Init(context.Background(), &pb.InitRequest{Name: name, Instances: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
