@@ -65,27 +65,30 @@ func (b *Backend) info(q *queueRT) (queue.QueueInfo, error) {
 	// adds it to the counter, and an eviction or truncate in between takes
 	// it from the counter first, so the counter next to the read gave a lag
 	// above the depth and a depth below 0 (TestInfoLagNotAboveEvents).
-	// Entries persisted but not committed (general path, registered) are
-	// in neither, as they are not in the counter.
-	txn, inFlight := b.readPersisting()
-	defer txn.Discard()
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: queuePrefix(q.id)})
-	defer it.Close()
-	for it.Rewind(); it.Valid(); it.Next() {
-		k, ok := decodeEntryKey(it.Item().Key())
-		if !ok || int(k.part) >= q.cfg.Partitions || inFlight[k.wp] > 0 {
-			continue // not an entry of this queue (countDepth skips it too), or not committed
+	// Every stored entry counts, as in the lag, those persisted and not
+	// committed yet too (general path, until the commit or rollback ends):
+	// left out of the lag, a commit whose producer's PostCommit had not run
+	// yet showed no lag where a drain check needs it to.
+	err := b.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: queuePrefix(q.id)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k, ok := decodeEntryKey(it.Item().Key())
+			if !ok || int(k.part) >= q.cfg.Partitions {
+				continue // not an entry of this queue (countDepth skips it too)
+			}
+			info.Events += int64(k.count)
+			info.Bytes += int64(k.size)
+			for _, v := range views {
+				v.info.Lag += int64(undone(v.states[k.part].find(k.prio), &k))
+			}
 		}
-		info.Events += int64(k.count)
-		info.Bytes += int64(k.size)
-		for _, v := range views {
-			v.info.Lag += int64(undone(v.states[k.part].find(k.prio), &k))
-		}
-	}
+		return nil
+	})
 	for _, v := range views {
 		info.Groups = append(info.Groups, v.info)
 	}
-	return info, nil
+	return info, err
 }
 
 // unresolvedSnapshot is a snapshot that tells which stored state version

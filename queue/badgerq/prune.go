@@ -103,11 +103,6 @@ func (b *Backend) readInFlight() (*badger.Txn, map[uint64]int) {
 	if evictReadTestHook != nil {
 		evictReadTestHook()
 	}
-	return b.readPersisting()
-}
-
-// readPersisting is readInFlight without its test hook (Info).
-func (b *Backend) readPersisting() (*badger.Txn, map[uint64]int) {
 	b.pruneMu.Lock()
 	defer b.pruneMu.Unlock()
 	txn := b.db.NewTransaction(false)
