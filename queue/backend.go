@@ -122,7 +122,10 @@ type GenNotifier interface {
 type QueueInfo struct {
 	Name   string
 	Config Config
-	// Depth: committed entries not yet evicted.
+	// Depth: committed entries not yet evicted (on the general path also
+	// those a producer persisted and has not committed or rolled back yet),
+	// counted in the same read as the groups' Lag: no group's Lag is above
+	// Events.
 	Events, Bytes int64
 	// Expired counts events dropped by TTL (skipped by a group or evicted
 	// before a group read them) since the backend opened.
