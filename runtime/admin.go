@@ -54,10 +54,21 @@ func (a *App) Ingest(ctx context.Context, flowletName, input string, events []In
 		return 0, fmt.Errorf("%w %q", ErrUnknownFlowlet, flowletName)
 	}
 	// The request is checked whatever its events: a source has no input,
-	// and an input the flowlet does not have is refused even with no
-	// events (both answered 200 before).
-	if len(frt.fl.Inputs) == 0 && input != "" {
-		return 0, fmt.Errorf("%w: flowlet %q is a source: it has no input %q", ErrBadRequest, flowletName, input)
+	// and an input the flowlet does not have, or a source that takes no
+	// events, is refused even with no events (all answered 200 before).
+	var ing Ingester
+	if len(frt.fl.Inputs) == 0 {
+		if input != "" {
+			return 0, fmt.Errorf("%w: flowlet %q is a source: it has no input %q", ErrBadRequest, flowletName, input)
+		}
+		a.instMu.Lock()
+		if len(frt.insts) > 0 {
+			ing, _ = frt.insts[0].f.(Ingester)
+		}
+		a.instMu.Unlock()
+		if ing == nil {
+			return 0, fmt.Errorf("%w: flowlet %q is a source that does not accept events (http_source does)", ErrBadRequest, flowletName)
+		}
 	}
 	if len(frt.fl.Inputs) > 0 {
 		if input == "" {
@@ -73,16 +84,7 @@ func (a *App) Ingest(ctx context.Context, flowletName, input string, events []In
 	if len(events) == 0 {
 		return 0, nil
 	}
-	if len(frt.fl.Inputs) == 0 {
-		a.instMu.Lock()
-		var ing Ingester
-		if len(frt.insts) > 0 {
-			ing, _ = frt.insts[0].f.(Ingester)
-		}
-		a.instMu.Unlock()
-		if ing == nil {
-			return 0, fmt.Errorf("%w: flowlet %q is a source that does not accept events (http_source does)", ErrBadRequest, flowletName)
-		}
+	if ing != nil {
 		if !a.running.Load() {
 			return 0, ErrNotRunning
 		}
