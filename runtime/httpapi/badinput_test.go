@@ -72,7 +72,7 @@ func TestBadInputs(t *testing.T) {
 		{"POST", "/api/v1/dlq/gen/replay", ``, 400},
 		{"POST", "/api/v1/ingest/nope", "a\n", 404},
 		{"POST", "/api/v1/ingest/gen", "a\n", 400},
-		{"POST", "/api/v1/ingest/gen", "", 400}, // no events: a source that takes none answered 200, 0 accepted
+		{"POST", "/api/v1/ingest/gen", "", 400},                                        // no events: a source that takes none answered 200, 0 accepted
 		{"POST", "/api/v1/ingest/cnt", `{"events": [{"payload": "a"}]}`, 400},          // gen.out is keyed by k: an event without it
 		{"POST", "/api/v1/ingest/cnt?input=nope", "a\n", 400},                          // two inputs: name one
 		{"POST", "/api/v1/ingest/cnt?input=web.out", big + "\n", 400},                  // over MaxPayload
