@@ -2,6 +2,7 @@ package badgerq
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -80,6 +81,9 @@ func testTTLEvictionInFlight(t *testing.T, commit bool) {
 	if info.Events != 0 || info.Bytes != 0 {
 		t.Fatalf("depth after an in-flight producer's entries expired (commit %v): %d events, %d bytes, want 0", commit, info.Events, info.Bytes)
 	}
+	// Info counts the stored keys (f02ae8f), which the bug left right: the
+	// counter the limits bound is where it went below zero.
+	checkDepthStored(t, b, "q", 0, fmt.Sprintf("commit %v", commit))
 	n := 0
 	must(db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(entryTag)})
