@@ -161,8 +161,11 @@ connections:
 	if !errors.Is(err, runtime.ErrOtherApp) || !strings.Contains(err.Error(), `holds the state and queues of app "shop", and this app is "shop-v2"`) {
 		t.Fatalf("renamed app: %v", err)
 	}
+	// Reads (Store.CheckApp) refuse the stores a run refuses, no others.
+	wantRead(t, dir, map[string]bool{"shop": true, "shop-v2": false})
 	// A store written before the record: its state names the app.
 	setAppRecord(t, dir, "")
+	wantRead(t, dir, map[string]bool{"shop": true, "shop-v2": false})
 	if err := openErr(t, dir, app("shop-v2")); !errors.Is(err, runtime.ErrOtherApp) {
 		t.Fatalf("renamed app on a store without the record: %v", err)
 	}
@@ -178,6 +181,7 @@ connections:
 	setAppRecord(t, dir, "two") // as if an older version had let "two" run on
 	runDrain(t, dir, app("two"), runtime.Options{NoSync: true}).Close()
 	setAppRecord(t, dir, "")
+	wantRead(t, dir, map[string]bool{"one": true, "two": true, "three": false})
 	for _, name := range []string{"two", "one"} {
 		if err := openErr(t, dir, app(name)); err != nil {
 			t.Errorf("%s, which has state in a store from before the record: %v", name, err)
@@ -186,6 +190,22 @@ connections:
 	}
 	if err := openErr(t, dir, app("three")); !errors.Is(err, runtime.ErrOtherApp) {
 		t.Errorf("an app without state there: %v", err)
+	}
+}
+
+// wantRead checks which app names Store.CheckApp lets read the store at
+// dir/data (true) and which it refuses as another app's (false).
+func wantRead(t *testing.T, dir string, apps map[string]bool) {
+	t.Helper()
+	s, err := runtime.OpenStore(filepath.Join(dir, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for name, ok := range apps {
+		if err := s.CheckApp(name); (err == nil) != ok || (err != nil && !errors.Is(err, runtime.ErrOtherApp)) {
+			t.Errorf("CheckApp(%q): %v, want read allowed %v", name, err, ok)
+		}
 	}
 }
 

@@ -1,7 +1,9 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -178,6 +180,44 @@ func TestDeadLetterEventTimeKept(t *testing.T) {
 			if ns := et.UnixNano(); !trunc && (et.IsZero() || (ns != 0 && time.Unix(0, ns).Equal(et))) && b[0] != dlqVersion {
 				t.Errorf("event time %v: version %d, want %d", et, b[0], dlqVersion)
 			}
+		}
+	}
+}
+
+// Records the version before the wide event time wrote (a dead letter
+// with keys, one without an event time, a truncated one) decode as they
+// did, and a record of the same dead letter is still the same bytes: a
+// store's dead letters outlive the binary that wrote them.
+func TestDeadLetterRecordsOfTheLastVersion(t *testing.T) {
+	at := time.Unix(1700000000, 5)
+	for _, c := range []struct {
+		hex  string
+		want DeadLetter
+	}{
+		{"010767656e2e6f757409332f302f372e302e3104626f6f6d038a80d0e2c6bfce972f8e80808abbe1abb42c02747201016b01767061796c6f6164",
+			DeadLetter{Input: "gen.out", EventID: "3/0/7.0.1", Error: "boom", Attempts: 3, Time: at, EventTime: time.Unix(1600000000, 7), TraceID: "tr", Keys: []flowlet.KeyValue{{Name: "k", Value: "v"}}, Payload: []byte("payload")}},
+		{"010767656e2e6f757409332f302f372e302e3204626f6f6d018a80d0e2c6bfce972f0000007032",
+			DeadLetter{Input: "gen.out", EventID: "3/0/7.0.2", Error: "boom", Attempts: 1, Time: at, Payload: []byte("p2")}},
+		{"020767656e2e6f757409332f302f372e302e3309746f6f206c61726765018a80d0e2c6bfce972f8e80808abbe1abb42c00000180897a616263",
+			DeadLetter{Input: "gen.out", EventID: "3/0/7.0.3", Error: "too large", Attempts: 1, Time: at, EventTime: time.Unix(1600000000, 7), Payload: []byte("abc"), Truncated: true, PayloadBytes: 2000000}},
+	} {
+		b, err := hex.DecodeString(c.hex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeDeadLetter("f", b)
+		w := c.want
+		w.Flowlet = "f"
+		if err != nil || !got.Time.Equal(w.Time) || !got.EventTime.Equal(w.EventTime) || got.EventTime.IsZero() != w.EventTime.IsZero() {
+			t.Errorf("%s: decoded %+v, %v; want %+v", w.EventID, got, err, w)
+			continue
+		}
+		got.Time, got.EventTime, w.Time, w.EventTime = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", w) {
+			t.Errorf("%s: decoded %+v, want %+v", w.EventID, got, w)
+		}
+		if again := encodeDeadLetter(&c.want); !bytes.Equal(again, b) {
+			t.Errorf("%s: written now as %x, was %s", w.EventID, again, c.hex)
 		}
 	}
 }
