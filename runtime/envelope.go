@@ -103,15 +103,20 @@ type DeadLetter struct {
 	PayloadBytes int  `json:"payload_bytes,omitempty"`
 }
 
-// Records are version 1; a truncated record, or one whose event time
-// UnixNano cannot hold (outside 1678–2262, or the Unix epoch itself, which
-// version 1 writes as 0: no time), is version 2, which adds uvarint(flags)
-// uvarint(payload bytes) before the payload (flag 1: truncated; flag 2: the
-// event time follows as varint(seconds) uvarint(nanoseconds), and the
-// version 1 field holds 0). Other records stay version 1, byte for byte.
+// Records are version 1; a truncated record is version 2, which adds
+// uvarint(flags) uvarint(payload bytes) before the payload (flag 1:
+// truncated). One whose event time UnixNano cannot hold (outside
+// 1678–2262, or the Unix epoch itself, which version 1 writes as 0: no
+// time) is version 3: version 2 with flag 2, the event time following as
+// varint(seconds) uvarint(nanoseconds), the version 1 field 0. A version
+// of its own, because a binary that knows version 2 but not the flag read
+// those fields as the payload's first bytes; one that does not know
+// version 3 refuses the record. (Version 2 with flag 2, as 20b53a3 wrote,
+// is read too.) Other records stay version 1 or 2, byte for byte.
 const (
 	dlqVersion      = 1
 	dlqVersionTrunc = 2
+	dlqVersionWide  = 3
 	dlqFlagTrunc    = 1
 	dlqFlagWideTime = 2
 	maxErrorBytes   = 16 << 10
@@ -136,9 +141,12 @@ func encodeDeadLetter(d *DeadLetter) []byte {
 	if !d.EventTime.IsZero() && !narrowTime(d.EventTime) {
 		flags |= dlqFlagWideTime
 	}
-	if flags != 0 {
+	switch {
+	case flags&dlqFlagWideTime != 0:
+		b = append(b, dlqVersionWide)
+	case flags != 0:
 		b = append(b, dlqVersionTrunc)
-	} else {
+	default:
 		b = append(b, dlqVersion)
 	}
 	b = binenc.AppendString(b, d.Input)
@@ -170,7 +178,7 @@ func encodeDeadLetter(d *DeadLetter) []byte {
 
 func decodeDeadLetter(flowletName string, b []byte) (DeadLetter, error) {
 	d := DeadLetter{Flowlet: flowletName}
-	if len(b) == 0 || (b[0] != dlqVersion && b[0] != dlqVersionTrunc) {
+	if len(b) == 0 || b[0] < dlqVersion || b[0] > dlqVersionWide {
 		return d, errors.New("runtime: unknown dead-letter record version")
 	}
 	r := binenc.NewReader(b[1:], errBadEnvelope)
@@ -188,7 +196,7 @@ func decodeDeadLetter(flowletName string, b []byte) (DeadLetter, error) {
 	for i := uint64(0); i < n && r.Err() == nil; i++ {
 		d.Keys = append(d.Keys, flowlet.KeyValue{Name: r.String(), Value: r.String()})
 	}
-	if b[0] == dlqVersionTrunc {
+	if b[0] != dlqVersion {
 		flags := r.Uvarint()
 		d.Truncated = flags&dlqFlagTrunc != 0
 		d.PayloadBytes = int(r.Uvarint())
