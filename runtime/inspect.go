@@ -191,7 +191,8 @@ func (s *Store) ScanSelect(queueName, keyName string, limit int, sel QueueSelect
 				derr = fmt.Errorf("entry %s: %w", qe.ID, err)
 				return false
 			}
-			qe.Dead, qe.Payload, qe.Keys = &d, d.Payload, d.Keys
+			// The event's headers are in the record; the entry has none.
+			qe.Dead, qe.Payload, qe.Keys, qe.EventTime, qe.TraceID = &d, d.Payload, d.Keys, d.EventTime, d.TraceID
 			return fn(qe)
 		}
 		if keyName != "" && e.Key != nil {

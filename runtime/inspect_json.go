@@ -313,6 +313,40 @@ type DeadLetterJSON struct {
 	Payload Bytes `json:"payload"`
 }
 
+// MarshalJSON writes an event time RFC 3339 cannot (see wideTime) in the
+// same layout with its year as it is, last.
+func (d DeadLetterJSON) MarshalJSON() ([]byte, error) {
+	type plain DeadLetterJSON
+	if !wideTime(d.EventTime) {
+		return json.Marshal(plain(d))
+	}
+	return json.Marshal(struct {
+		plain
+		EventTime string `json:"event_time"`
+	}{plain(d), d.EventTime.Format(time.RFC3339Nano)})
+}
+
+// MarshalJSON: as DeadLetterJSON's.
+func (e EntryJSON) MarshalJSON() ([]byte, error) {
+	type plain EntryJSON
+	if e.EventTime == nil || !wideTime(*e.EventTime) {
+		return json.Marshal(plain(e))
+	}
+	return json.Marshal(struct {
+		plain
+		EventTime string `json:"event_time"`
+	}{plain(e), e.EventTime.Format(time.RFC3339Nano)})
+}
+
+// wideTime reports an event time whose year is outside 0–9999: Go's
+// time.Time refuses to write it as JSON (RFC 3339 has four-digit years), so
+// one such event, which queues and dead letters keep, failed a whole
+// listing (dlq ls --json, queue tail --json and their HTTP reads).
+func wideTime(t time.Time) bool {
+	y := t.Year()
+	return y < 0 || y > 9999
+}
+
 // DeadLetterList returns up to limit (0 = all) dead letters of each of the
 // flowlets, in that order.
 func (s *Store) DeadLetterList(flowlets []string, limit int) ([]DeadLetterJSON, error) {

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +30,19 @@ func TestInspectJSONFormats(t *testing.T) {
 		b, err := json.Marshal(c.v)
 		if err != nil || string(b) != c.want {
 			t.Errorf("got %s (%v)\nwant %s", b, err, c.want)
+		}
+	}
+	// An event time with a year past 9999 (queues and dead letters keep
+	// it) failed the whole listing: time.Time writes four-digit years only.
+	far := time.Date(10000, 1, 2, 3, 4, 5, 6, time.UTC)
+	d.EventTime = far
+	for _, v := range []any{
+		[]runtime.DeadLetterJSON{{DeadLetter: d, Payload: runtime.NewBytes(d.Payload)}},
+		[]runtime.EntryJSON{{ID: "3/0/1042.0.7", Enqueued: at, EventTime: &far, Payload: runtime.NewBytes([]byte("x"))}},
+	} {
+		b, err := json.Marshal(v)
+		if err != nil || !strings.Contains(string(b), `"event_time":"10000-01-02T03:04:05.000000006Z"`) || !strings.Contains(string(b), `"payload":{"text":`) {
+			t.Errorf("a time in year 10000: %s (%v)", b, err)
 		}
 	}
 	var back runtime.DeadLetterJSON

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flowrun/flowrun/flowlet"
+	"github.com/flowrun/flowrun/queue"
 	_ "github.com/flowrun/flowrun/runtime/builtin"
 	"github.com/flowrun/flowrun/tx"
 )
@@ -257,4 +258,42 @@ func FuzzDecodeDeadLetter(f *testing.F) {
 			t.Fatalf("%x decoded as %+v, written back and read as %+v, %v", b, d, again, err)
 		}
 	})
+}
+
+// A tail of a dead-letter queue shows each dead letter's event time and
+// trace id, from its record: they were taken from the queue entry, which
+// has none (the record carries them), so both were always empty.
+func TestDeadLetterTailShowsEventHeaders(t *testing.T) {
+	s, err := OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	qs := s.st.queues
+	if err := qs.CreateQueue(DLQName("f"), queue.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := qs.Producer(DLQName("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	d := DeadLetter{Input: "a.out", EventID: "1", Error: "e", Attempts: 1, Time: at, EventTime: at, TraceID: "t9", Payload: []byte("p")}
+	txc := s.st.coord.NewContext(p)
+	if _, err := txc.Start(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Enqueue(context.Background(), queue.Event{Payload: encodeDeadLetter(&d)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := txc.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	var got []QueueEntry
+	if err := s.Scan(DLQName("f"), "", 0, func(e QueueEntry) bool { got = append(got, e); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !got[0].EventTime.Equal(at) || got[0].TraceID != "t9" || string(got[0].Payload) != "p" {
+		t.Fatalf("tail of the DLQ: %+v", got)
+	}
 }
