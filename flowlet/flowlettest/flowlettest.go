@@ -599,6 +599,16 @@ func (h *callCtx) lock() bool {
 	return true
 }
 
+// do runs f locked while the call runs, and answers flowlet.ErrStepEnded
+// once it has ended.
+func (h *callCtx) do(f func() error) error {
+	if !h.lock() {
+		return flowlet.ErrStepEnded
+	}
+	defer h.mu.Unlock()
+	return f()
+}
+
 func (h *callCtx) end() {
 	h.mu.Lock()
 	h.ended = true
@@ -650,29 +660,17 @@ func (h *callCtx) Logger() *slog.Logger        { return h.c.Logger() }
 
 // Emit implements flowlet.Context.
 func (h *callCtx) Emit(output string, payload []byte, opts ...flowlet.EmitOption) error {
-	if !h.lock() {
-		return flowlet.ErrStepEnded
-	}
-	defer h.mu.Unlock()
-	return h.c.Emit(output, payload, opts...)
+	return h.do(func() error { return h.c.Emit(output, payload, opts...) })
 }
 
 // DeadLetter is Context.DeadLetter, for the call.
 func (h *callCtx) DeadLetter(payload []byte, reason string) error {
-	if !h.lock() {
-		return flowlet.ErrStepEnded
-	}
-	defer h.mu.Unlock()
-	return h.c.DeadLetter(payload, reason)
+	return h.do(func() error { return h.c.DeadLetter(payload, reason) })
 }
 
 // DeadLetterEvent is Context.DeadLetterEvent, for the call.
 func (h *callCtx) DeadLetterEvent(ev flowlet.Event, reason string) error {
-	if !h.lock() {
-		return flowlet.ErrStepEnded
-	}
-	defer h.mu.Unlock()
-	return h.c.DeadLetterEvent(ev, reason)
+	return h.do(func() error { return h.c.DeadLetterEvent(ev, reason) })
 }
 
 // State implements flowlet.Context.
@@ -708,19 +706,11 @@ func (v callTable) Get(key []byte) ([]byte, bool, error) {
 }
 
 func (v callTable) Put(key, value []byte) error {
-	if !v.h.lock() {
-		return flowlet.ErrStepEnded
-	}
-	defer v.h.mu.Unlock()
-	return v.t.Put(key, value)
+	return v.h.do(func() error { return v.t.Put(key, value) })
 }
 
 func (v callTable) Delete(key []byte) error {
-	if !v.h.lock() {
-		return flowlet.ErrStepEnded
-	}
-	defer v.h.mu.Unlock()
-	return v.t.Delete(key)
+	return v.h.do(func() error { return v.t.Delete(key) })
 }
 
 func (v callTable) Scan(o flowlet.ScanOptions) flowlet.Iterator {
@@ -738,11 +728,7 @@ type callCounters struct {
 }
 
 func (v callCounters) Add(key []byte, delta int64) error {
-	if !v.h.lock() {
-		return flowlet.ErrStepEnded
-	}
-	defer v.h.mu.Unlock()
-	return v.n.Add(key, delta)
+	return v.h.do(func() error { return v.n.Add(key, delta) })
 }
 
 func (v callCounters) Get(key []byte) (int64, error) {
