@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -59,12 +58,7 @@ func (w *writeCounter) Get(ctx context.Context, req *pb.GetRequest, opts ...grpc
 // unguarded, so emits and writes were lost or their columns torn (a data
 // race).
 func TestConcurrentUseDuringStep(t *testing.T) {
-	devnull, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	defer devnull.Close()
-	s := newServer(nil, func() flowlet.Flowlet { return fanOut{} }, flowlet.TypeInfo{}, devnull)
-	if _, err := s.Init(context.Background(), &pb.InitRequest{Name: "fan", Instances: 1}); err != nil {
-		t.Fatal(err)
-	}
+	s := initedServer(t, "fan", fanOut{})
 	host := &writeCounter{}
 	s.host = host
 	for id := uint64(1); id <= 3; id++ {

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -28,14 +27,9 @@ func (e *timeEmitter) ProcessBatch(ctx flowlet.Context, _ []flowlet.Event) error
 // itself as none, silently; in process both are kept. Such an emit is now
 // refused, and fails the step even when the flowlet ignores the error.
 func TestEventTimeOutsideTheWire(t *testing.T) {
-	devnull, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	defer devnull.Close()
 	for _, at := range []time.Time{time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(1066, 10, 14, 0, 0, 0, 0, time.UTC), time.Unix(0, 0)} {
 		e := &timeEmitter{at: at}
-		s := newServer(nil, func() flowlet.Flowlet { return e }, flowlet.TypeInfo{}, devnull)
-		if _, err := s.Init(context.Background(), &pb.InitRequest{Name: "t", Instances: 1}); err != nil {
-			t.Fatal(err)
-		}
+		s := initedServer(t, "t", e)
 		r, err := s.ProcessBatch(context.Background(), &pb.BatchRequest{Step: &pb.StepRequest{CallId: 1}})
 		if err != nil {
 			t.Fatal(err)
@@ -47,10 +41,7 @@ func TestEventTimeOutsideTheWire(t *testing.T) {
 	// Within the range, the time travels.
 	at := time.Date(2024, 1, 31, 12, 0, 0, 5, time.UTC)
 	e := &timeEmitter{at: at}
-	s := newServer(nil, func() flowlet.Flowlet { return e }, flowlet.TypeInfo{}, devnull)
-	if _, err := s.Init(context.Background(), &pb.InitRequest{Name: "t", Instances: 1}); err != nil {
-		t.Fatal(err)
-	}
+	s := initedServer(t, "t", e)
 	r, err := s.ProcessBatch(context.Background(), &pb.BatchRequest{Step: &pb.StepRequest{CallId: 1}})
 	if err != nil || r.GetError() != nil || e.err != nil || len(r.GetPackedEmits().GetEventTimes()) != 1 || r.GetPackedEmits().GetEventTimes()[0] != at.UnixNano() {
 		t.Errorf("event time %v: %v %v %v", at, err, r.GetError(), r.GetPackedEmits().GetEventTimes())

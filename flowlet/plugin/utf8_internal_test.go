@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
@@ -44,14 +43,9 @@ func (u *textUser) ProcessBatch(ctx flowlet.Context, _ []flowlet.Event) error {
 // an error is now made valid (U+FFFD for the bad bytes); an emit with such
 // a name is refused and fails the step.
 func TestTextThatIsNotUTF8(t *testing.T) {
-	devnull, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	defer devnull.Close()
 	for _, call := range []string{"dead letter", "output", "key name", "error", "panic"} {
 		u := &textUser{call: call}
-		s := newServer(nil, func() flowlet.Flowlet { return u }, flowlet.TypeInfo{}, devnull)
-		if _, err := s.Init(context.Background(), &pb.InitRequest{Name: "t", Instances: 1}); err != nil {
-			t.Fatal(err)
-		}
+		s := initedServer(t, "t", u)
 		r, err := s.ProcessBatch(context.Background(), &pb.BatchRequest{Step: &pb.StepRequest{CallId: 1, DeadLetter: true}})
 		if err != nil {
 			t.Fatal(err)
