@@ -307,16 +307,28 @@ func (s *slot) evictView() *partState {
 	return nil
 }
 
+// newestVisible is the index of the newest of a slot's stored versions vs
+// (newest first) that t sees, len(vs) if none: a version of pointer 0 is
+// committed for all.
+func newestVisible(vs []stateVersion, t *tx.Tx) int {
+	for i, v := range vs {
+		if v.wp == 0 || t.Visible(v.wp) {
+			return i
+		}
+	}
+	return len(vs)
+}
+
 // resolve picks the newest version visible to t.
 func (s *slot) resolve(t *tx.Tx) {
 	if s.resolved {
 		return
 	}
-	for _, v := range s.versions {
-		if v.wp == 0 || t.Visible(v.wp) {
-			s.committed = v
-			break
-		}
+	i := newestVisible(s.versions, t)
+	if i < len(s.versions) {
+		s.committed = s.versions[i]
+	}
+	for _, v := range s.versions[:i] {
 		// A newer version t does not see stays stored until the slot is
 		// written again: the committed state in memory may move past its
 		// pointer (an aborted empty step keeps its moves), so it holds

@@ -399,13 +399,7 @@ func (c *consumer) adoptLocked(p int, s *slot, t *tx.Tx, patient bool) (bool, er
 			c.q.name, c.g.meta.Name, p, s.ownerTx, err)
 	}
 	s.resolve(t)
-	seen := len(vs) // the newest version t sees
-	for i, v := range vs {
-		if v.wp == 0 || t.Visible(v.wp) {
-			seen = i
-			break
-		}
-	}
+	seen := newestVisible(vs, t)
 	if seen < len(vs) && vs[seen].wp != s.committed.wp {
 		if patient {
 			if s.unpublished.IsZero() {

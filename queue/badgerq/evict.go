@@ -133,24 +133,23 @@ func (b *Backend) evictQueue(q *queueRT) (uint64, error) {
 			// for room in this queue maybe: deleting only below bound
 			// kept every consumed entry after it, so the room it waited
 			// for never came (TestEvictPastOpenProducer).
-			// lowPos: the lowest scan position itself (posBound is its
-			// pointer), to the event.
-			bound, posBound, lowPos := uint64(0), uint64(0), position{}
+			// lowPos: the lowest scan position itself, to the event.
+			bound, lowPos := uint64(0), position{}
 			lstates = lstates[:0]
 			if len(states) > 0 {
-				bound, posBound, lowPos = ^uint64(0), ^uint64(0), position{wp: ^uint64(0)}
+				bound, lowPos = ^uint64(0), position{wp: ^uint64(0)}
 				for _, st := range states {
 					l := st.find(prio)
 					if l == nil {
-						bound, posBound, lowPos = 0, 0, position{}
+						bound, lowPos = 0, position{}
 						break
 					}
 					bound = min(bound, l.cursor())
-					posBound = min(posBound, l.pos.wp)
 					lowPos = minPos(lowPos, l.pos)
 					lstates = append(lstates, l)
 				}
 			}
+			posBound := lowPos.wp // positions order by pointer first
 			atHole := func(wp uint64) bool {
 				for _, l := range lstates {
 					if slices.ContainsFunc(l.holes, func(h position) bool { return h.wp == wp }) {

@@ -139,10 +139,8 @@ func (q *queueRT) hasUnresolvedVersions() bool {
 // consumed count too low (TestInfoAfterRestartGeneralPath). Under q.mu.
 func (s *slot) infoView(snap *tx.Tx) *partState {
 	if !s.resolved && snap != nil {
-		for i := range s.versions {
-			if v := &s.versions[i]; v.wp == 0 || snap.Visible(v.wp) {
-				return &v.st
-			}
+		if i := newestVisible(s.versions, snap); i < len(s.versions) {
+			return &s.versions[i].st
 		}
 	}
 	return s.evictView()
