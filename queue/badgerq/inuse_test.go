@@ -28,7 +28,7 @@ func TestConsumerInTwoContexts(t *testing.T) {
 		must(err)
 		must(first.Finish())
 		got = append(got, more...)
-		got = append(got, drainConsumer(t, e, c)...)
+		got = append(got, queuetest.Drain(t, e, c, 10)...)
 		expectPayloadsOnce(t, got, "a", "b", "c")
 	})
 }
@@ -78,21 +78,8 @@ func TestLateFinishOfGivenUpContext(t *testing.T) {
 			}
 			got = nil // not committed
 		}
-		expectPayloadsOnce(t, append(got, drainConsumer(t, e, c)...), "a", "b", "c")
+		expectPayloadsOnce(t, append(got, queuetest.Drain(t, e, c, 10)...), "a", "b", "c")
 	})
-}
-
-// drainConsumer commits steps of c until one dequeues nothing.
-func drainConsumer(t *testing.T, e *queuetest.Env, c queue.Consumer) []queue.Entry {
-	var all []queue.Entry
-	for {
-		var got []queue.Entry
-		mustT(t)(queuetest.Step(e.Coord, func() (err error) { got, err = c.Dequeue(10); return err }, c))
-		if len(got) == 0 {
-			return all
-		}
-		all = append(all, got...)
-	}
 }
 
 // expectPayloadsOnce checks that es holds each of want once, and nothing else.
@@ -135,6 +122,6 @@ func TestLatePostCommitOfGivenUpContext(t *testing.T) {
 		}
 		c.PostCommit() // the given-up Context's, late
 		must(next.Abort(nil))
-		expectPayloadsOnce(t, append(got, drainConsumer(t, e, c)...), "a", "b", "c")
+		expectPayloadsOnce(t, append(got, queuetest.Drain(t, e, c, 10)...), "a", "b", "c")
 	})
 }

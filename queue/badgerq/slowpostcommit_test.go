@@ -62,8 +62,8 @@ func TestSlowPostCommitAfterTakeover(t *testing.T) {
 					late()
 				}
 				enqueue("c")
-				all := append(append(first, got...), drainConsumer(t, e, peer)...)
-				all = append(all, drainConsumer(t, e, owner)...)
+				all := append(append(first, got...), queuetest.Drain(t, e, peer, 10)...)
+				all = append(all, queuetest.Drain(t, e, owner, 10)...)
 				expectPayloadsOnce(t, all, "a", "b", "c")
 			})
 		}

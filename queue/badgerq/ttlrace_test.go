@@ -144,7 +144,7 @@ func TestTTLEvictionGivesSlotsBack(t *testing.T) {
 	}
 	enqueue("b")
 	c, _ := e.Queues.Consumer("q", "g", 0)
-	expectPayloadsOnce(t, drainConsumer(t, e, c), "b")
+	expectPayloadsOnce(t, queuetest.Drain(t, e, c, 10), "b")
 }
 
 // A consumer transaction lost before it wrote (its step stuck past its
@@ -180,7 +180,7 @@ func TestTTLEvictionPastLostLease(t *testing.T) {
 		must(ctx.Abort(nil)) // late
 		check("after the late abort")
 		enqueue("c")
-		expectPayloadsOnce(t, drainConsumer(t, e, c), "c")
+		expectPayloadsOnce(t, queuetest.Drain(t, e, c, 10), "c")
 	})
 }
 

@@ -44,7 +44,7 @@ func lostConsumerReused(t *testing.T, e *Env) {
 		t.Fatalf("the consumer got %d entries (%v), want 10", len(held), err)
 	}
 	WaitEnded(t, e.Coord, lostTx)
-	expectExactly(t, payloads(drain(t, e, c, 4)), "e", 10)
+	expectExactly(t, payloads(Drain(t, e, c, 4)), "e", 10)
 }
 
 // lostConsumerRescaledAway: the lost consumer's instance is scaled away
@@ -66,14 +66,14 @@ func lostConsumerRescaledAway(t *testing.T, e *Env) {
 	WaitEnded(t, e.Coord, lostTx)
 	c, err := e.Queues.Consumer("lost-rescaled", "g", 0)
 	must(t, err)
-	all := drain(t, e, c, n)
+	all := Drain(t, e, c, n)
 	if len(all) != n {
 		t.Fatalf("the remaining instance got %d of %d entries: the lost transaction's partitions stay leased", len(all), n)
 	}
 	if err := lostCtx.Finish(); !errors.Is(err, tx.ErrNotInProgress) {
 		t.Fatalf("the timed-out transaction's commit returned %v, want ErrNotInProgress", err)
 	}
-	expectExactly(t, payloads(append(all, drain(t, e, c, n)...)), "e", n)
+	expectExactly(t, payloads(append(all, Drain(t, e, c, n)...)), "e", n)
 }
 
 // lateEnd is how a lost consumer transaction ends late (lostConsumer).
@@ -167,7 +167,7 @@ func lostConsumer(t *testing.T, e *Env, s queue.Strategy, late lateEnd) {
 	for i := range 2 {
 		c, err := e.Queues.Consumer(qn, "g", i)
 		must(t, err)
-		all = append(all, drain(t, e, c, n)...)
+		all = append(all, Drain(t, e, c, n)...)
 	}
 	expectExactly(t, payloads(all), "e", n)
 }
@@ -219,7 +219,7 @@ func lostConsumerWakes(t *testing.T, e *Env, postCommitLost bool) {
 			t.Fatal("the waiting peer was not woken 30 s after the lost transaction ended")
 		}
 	}
-	all := slices.Concat(held, got, drain(t, e, peer, 10))
+	all := slices.Concat(held, got, Drain(t, e, peer, 10))
 	expectExactly(t, payloads(all), "e", 10)
 }
 

@@ -324,7 +324,7 @@ func testHoldersWaitForEachOther(t *testing.T, e *Env) {
 	c, err := e.Queues.Consumer("evictable", "g", 0)
 	must(t, err)
 	for range 2 {
-		drain(t, e, c, 10)
+		Drain(t, e, c, 10)
 		must(t, e.Queues.Maintain())
 		h := waitFor(t, done)
 		if h.err != nil {
@@ -332,7 +332,7 @@ func testHoldersWaitForEachOther(t *testing.T, e *Env) {
 		}
 		must(t, h.ctx.Finish())
 	}
-	drain(t, e, c, 10)
+	Drain(t, e, c, 10)
 	must(t, e.Queues.Maintain())
 	if info, err := e.Queues.Info("evictable"); err != nil || info.Events != 0 {
 		t.Fatalf("depth %d (%v) after everything was consumed and evicted", info.Events, err)

@@ -145,11 +145,11 @@ func testLostAfterWrite(t *testing.T, e *Env) {
 			t.Fatalf("the consumer got %d entries (%v), want 10", len(held), err)
 		}
 		must(t, l.lose(e))
-		all := drain(t, e, c, 4)
+		all := Drain(t, e, c, 4)
 		if err := l.late(); !errors.Is(err, tx.ErrNotInProgress) {
 			t.Fatalf("the lost transaction's late commit returned %v, want ErrNotInProgress", err)
 		}
-		expectExactly(t, payloads(append(all, drain(t, e, c, 4)...)), "e", 10)
+		expectExactly(t, payloads(append(all, Drain(t, e, c, 4)...)), "e", 10)
 	})
 }
 
@@ -199,7 +199,7 @@ func postCommitNeverRun(t *testing.T, e *Env, s queue.Strategy, reuse bool) {
 	for i := range instances {
 		c, err := e.Queues.Consumer(qn, "g", i)
 		must(t, err)
-		all = append(all, drain(t, e, c, n)...)
+		all = append(all, Drain(t, e, c, n)...)
 	}
 	expectExactly(t, payloads(all), "e", n)
 }
@@ -210,10 +210,10 @@ func postCommitNeverRun(t *testing.T, e *Env, s queue.Strategy, reuse bool) {
 func drainAtLeast(t testing.TB, e *Env, c queue.Consumer, max, want int) []queue.Entry {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	all := drain(t, e, c, max)
+	all := Drain(t, e, c, max)
 	for len(all) < want && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
-		all = append(all, drain(t, e, c, max)...)
+		all = append(all, Drain(t, e, c, max)...)
 	}
 	return all
 }

@@ -45,8 +45,8 @@ func testOlderSnapshotConsumer(t *testing.T, e *Env) {
 			must(t, err)
 			all = append(all, got...)
 			must(t, ctxB.Finish())
-			all = append(all, drain(t, e, a, 10)...)
-			all = append(all, drain(t, e, b, 10)...)
+			all = append(all, Drain(t, e, a, 10)...)
+			all = append(all, Drain(t, e, b, 10)...)
 			m := payloads(all)
 			if len(m) != 3 || m["e-0"] != 1 || m["e-1"] != 1 || m["n-0"] != 1 {
 				t.Fatalf("delivered %v, want e-0, e-1 and n-0 once each", m)

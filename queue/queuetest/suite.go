@@ -104,8 +104,9 @@ func produce(t testing.TB, e *Env, q string, prefix string, n, batch int, key fu
 	}
 }
 
-// drain consumes until a dequeue comes back empty, committing each batch.
-func drain(t testing.TB, e *Env, c queue.Consumer, max int) []queue.Entry {
+// Drain consumes until a dequeue of at most max comes back empty,
+// committing each batch (backend tests use it too).
+func Drain(t testing.TB, e *Env, c queue.Consumer, max int) []queue.Entry {
 	t.Helper()
 	var all []queue.Entry
 	for {
@@ -252,7 +253,7 @@ func testStrategies(t *testing.T, e *Env) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					got := drain(t, e, c, 5)
+					got := Drain(t, e, c, 5)
 					mu.Lock()
 					per[i] = got
 					mu.Unlock()
@@ -296,10 +297,10 @@ func testGroups(t *testing.T, e *Env) {
 	must(t, e.Queues.AddGroup("q", queue.Group{Name: "b", Strategy: queue.RoundRobin, Instances: 2}))
 	produce(t, e, "q", "e", 200, 20, nil)
 	ca, _ := e.Queues.Consumer("q", "a", 0)
-	expectExactly(t, payloads(drain(t, e, ca, 33)), "e", 200)
+	expectExactly(t, payloads(Drain(t, e, ca, 33)), "e", 200)
 	cb0, _ := e.Queues.Consumer("q", "b", 0)
 	cb1, _ := e.Queues.Consumer("q", "b", 1)
-	expectExactly(t, payloads(append(drain(t, e, cb0, 50), drain(t, e, cb1, 50)...)), "e", 200)
+	expectExactly(t, payloads(append(Drain(t, e, cb0, 50), Drain(t, e, cb1, 50)...)), "e", 200)
 }
 
 // testNewGroupStart: a group added to a queue that has groups starts where
@@ -344,7 +345,7 @@ func testNewGroupStart(t *testing.T, e *Env) {
 	}
 	must(t, e.Queues.AddGroup("q", queue.Group{Name: "n", Strategy: queue.FIFO, Instances: 1}))
 	cn, _ := e.Queues.Consumer("q", "n", 0)
-	gotN := payloads(drain(t, e, cn, 50))
+	gotN := payloads(Drain(t, e, cn, 50))
 	// Expected: everything but what both a and b consumed.
 	want := map[string]bool{"old-0": true}
 	for i := range 200 {
@@ -382,7 +383,7 @@ func testNewGroupStart(t *testing.T, e *Env) {
 	must(t, e.Queues.AddGroup("q2", queue.Group{Name: "y", Strategy: queue.FIFO, Instances: 1}))
 	must(t, e.Queues.RemoveGroup("q2", "x"))
 	cy, _ := e.Queues.Consumer("q2", "y", 0)
-	gotY := payloads(drain(t, e, cy, 40))
+	gotY := payloads(Drain(t, e, cy, 40))
 	for i := range 150 {
 		p := fmt.Sprintf("f-%d", i)
 		if want := 1; seenX[p] {
@@ -422,11 +423,11 @@ func testNewGroupStart(t *testing.T, e *Env) {
 	}
 	must(t, ctxA.Finish())
 	cb3, _ := e.Queues.Consumer("q3", "b", 0)
-	expectExactly(t, payloads(drain(t, e, cb3, 10)), "h", 3)
+	expectExactly(t, payloads(Drain(t, e, cb3, 10)), "h", 3)
 	must(t, e.Queues.AddGroup("q3", queue.Group{Name: "n", Strategy: queue.FIFO, Instances: 1}))
 	cn3, _ := e.Queues.Consumer("q3", "n", 0)
-	expectExactly(t, payloads(drain(t, e, cn3, 10)), "h", 3)
-	expectExactly(t, payloads(drain(t, e, ca3, 10)), "h", 3)
+	expectExactly(t, payloads(Drain(t, e, cn3, 10)), "h", 3)
+	expectExactly(t, payloads(Drain(t, e, ca3, 10)), "h", 3)
 }
 
 // testStrategyChange: a group's strategy changes between steps (hash,
@@ -463,8 +464,8 @@ func testStrategyChange(t *testing.T, e *Env) {
 			t.Fatalf("fifo: instance 1 read only its hash partitions: the strategy did not change")
 		}
 	}
-	got = append(got, drain(t, e, c0, 50)...)
-	got = append(got, drain(t, e, c1, 50)...)
+	got = append(got, Drain(t, e, c0, 50)...)
+	got = append(got, Drain(t, e, c1, 50)...)
 	expectExactly(t, payloads(got), "e", 400)
 	last := map[int]int{}
 	for _, en := range got {
@@ -507,9 +508,9 @@ func testAbortRedelivers(t *testing.T, e *Env) {
 			t.Fatalf("after abort got %v, want %v", again[i].ID, first[i].ID)
 		}
 	}
-	rest := drain(t, e, c, 100)
+	rest := Drain(t, e, c, 100)
 	c0, _ := e.Queues.Consumer("q", "g", 0)
-	all := append(append(again, rest...), drain(t, e, c0, 100)...)
+	all := append(append(again, rest...), Drain(t, e, c0, 100)...)
 	expectExactly(t, payloads(all), "e", 40)
 }
 
@@ -531,7 +532,7 @@ func testProducerAbort(t *testing.T, e *Env) {
 		t.Fatalf("depth %d, want 3", info.Events)
 	}
 	c, _ := e.Queues.Consumer("q", "g", 0)
-	expectExactly(t, payloads(drain(t, e, c, 10)), "e", 3)
+	expectExactly(t, payloads(Drain(t, e, c, 10)), "e", 3)
 }
 
 // testOlderProducer: an older producer (smaller write pointer) that commits
@@ -549,19 +550,19 @@ func testOlderProducer(t *testing.T, e *Env) {
 
 	produce(t, e, "q", "new", 2, 2, nil)
 	c, _ := e.Queues.Consumer("q", "g", 0)
-	got := drain(t, e, c, 10)
+	got := Drain(t, e, c, 10)
 	if m := payloads(got); len(m) != 2 || m["new-0"] != 1 || m["new-1"] != 1 {
 		t.Fatalf("before old commit got %v", m)
 	}
 	// Another newer commit in between, then the old one lands.
 	produce(t, e, "q", "newer", 1, 1, nil)
 	must(t, ctxOld.Finish())
-	got = drain(t, e, c, 10)
+	got = Drain(t, e, c, 10)
 	m := payloads(got)
 	if len(m) != 3 || m["old-0"] != 1 || m["old-1"] != 1 || m["newer-0"] != 1 {
 		t.Fatalf("after old commit got %v", m)
 	}
-	if more := drain(t, e, c, 10); len(more) != 0 {
+	if more := Drain(t, e, c, 10); len(more) != 0 {
 		t.Fatalf("delivered again: %v", payloads(more))
 	}
 	must(t, e.Queues.Maintain())
@@ -583,16 +584,16 @@ func testOlderProducerNewPriority(t *testing.T, e *Env) {
 	must(t, err)
 	produce(t, e, "q", "new", 3, 3, nil)
 	c, _ := e.Queues.Consumer("q", "g", 0)
-	expectExactly(t, payloads(drain(t, e, c, 10)), "new", 3)
+	expectExactly(t, payloads(Drain(t, e, c, 10)), "new", 3)
 	must(t, pOld.Enqueue(context.Background(), queue.Event{Payload: []byte("old-0"), Priority: 7}))
 	// Empty reads in between, then the old one lands behind every position.
-	if more := drain(t, e, c, 10); len(more) != 0 {
+	if more := Drain(t, e, c, 10); len(more) != 0 {
 		t.Fatalf("delivered before commit: %v", payloads(more))
 	}
 	must(t, ctxOld.Finish())
-	expectExactly(t, payloads(drain(t, e, c, 10)), "old", 1)
+	expectExactly(t, payloads(Drain(t, e, c, 10)), "old", 1)
 	produce(t, e, "q", "later", 2, 1, nil)
-	expectExactly(t, payloads(drain(t, e, c, 10)), "later", 2)
+	expectExactly(t, payloads(Drain(t, e, c, 10)), "later", 2)
 }
 
 // testConsumerFeedsOwnQueue: a step that dequeues from a queue and enqueues
@@ -610,7 +611,7 @@ func testConsumerFeedsOwnQueue(t *testing.T, e *Env) {
 	_, err := loop.Start(10 * time.Second)
 	must(t, err)
 	produce(t, e, "q", "a", 1, 1, nil)
-	expectExactly(t, payloads(drain(t, e, c1, 10)), "a", 1)
+	expectExactly(t, payloads(Drain(t, e, c1, 10)), "a", 1)
 	got, err := c0.Dequeue(10)
 	must(t, err)
 	if len(got) != 0 {
@@ -618,7 +619,7 @@ func testConsumerFeedsOwnQueue(t *testing.T, e *Env) {
 	}
 	must(t, p.Enqueue(context.Background(), ev("b-0")))
 	must(t, loop.Finish())
-	expectExactly(t, payloads(drain(t, e, c1, 10)), "b", 1)
+	expectExactly(t, payloads(Drain(t, e, c1, 10)), "b", 1)
 }
 
 func testPriorities(t *testing.T, e *Env) {
@@ -634,7 +635,7 @@ func testPriorities(t *testing.T, e *Env) {
 		return nil
 	}, p))
 	c, _ := e.Queues.Consumer("q", "g", 0)
-	got := drain(t, e, c, 2)
+	got := Drain(t, e, c, 2)
 	var order string
 	for _, en := range got {
 		order += fmt.Sprintf("%d:%s ", en.Priority, en.Payload)
@@ -763,11 +764,11 @@ func testTTL(t *testing.T, e *Env) {
 	must(t, e.Queues.AddGroup("q", queue.Group{Name: "slow", Strategy: queue.FIFO, Instances: 1}))
 	produce(t, e, "q", "old", 10, 5, nil)
 	fast, _ := e.Queues.Consumer("q", "fast", 0)
-	expectExactly(t, payloads(drain(t, e, fast, 100)), "old", 10)
+	expectExactly(t, payloads(Drain(t, e, fast, 100)), "old", 10)
 	pass(2 * ttl)
 	produce(t, e, "q", "new", 4, 4, nil)
 	slow, _ := e.Queues.Consumer("q", "slow", 0)
-	expectExactly(t, payloads(drain(t, e, slow, 100)), "new", 4)
+	expectExactly(t, payloads(Drain(t, e, slow, 100)), "new", 4)
 	// Expired entries a group never reached are evicted and counted too.
 	produce(t, e, "q", "late", 3, 3, nil)
 	pass(2 * ttl)
@@ -799,7 +800,7 @@ func testDepth(t *testing.T, e *Env) {
 		t.Fatalf("enqueue into full queue: %v", err)
 	}
 	c, _ := e.Queues.Consumer("q", "g", 0)
-	drain(t, e, c, 4)
+	Drain(t, e, c, 4)
 	must(t, e.Queues.Maintain())
 	produce(t, e, "q", "f", 10, 10, nil)
 
@@ -810,7 +811,7 @@ func testDepth(t *testing.T, e *Env) {
 	go func() {
 		time.Sleep(50 * time.Millisecond)
 		cw, _ := e.Queues.Consumer("w", "g", 0)
-		drain(t, e, cw, 100)
+		Drain(t, e, cw, 100)
 	}()
 	began := time.Now()
 	// The transaction outlives FullWait: with Step's 10 s it timed out
@@ -841,7 +842,7 @@ func testEviction(t *testing.T, e *Env) {
 	}
 	full := e.DiskBytes()
 	c, _ := e.Queues.Consumer("q", "g", 0)
-	if got := drain(t, e, c, 4096); len(got) != n {
+	if got := Drain(t, e, c, 4096); len(got) != n {
 		t.Fatalf("consumed %d, want %d", len(got), n)
 	}
 	// No Maintain and no further traffic: background eviction and
@@ -921,11 +922,11 @@ func testInspection(t *testing.T, e *Env) {
 		t.Fatalf("after truncate: %d", n)
 	}
 	cb, _ := e.Queues.Consumer("q", "b", 0)
-	if got := drain(t, e, cb, 100); len(got) != 0 {
+	if got := Drain(t, e, cb, 100); len(got) != 0 {
 		t.Fatalf("consumed %d after truncate", len(got))
 	}
 	produce(t, e, "q", "g", 5, 5, nil)
-	expectExactly(t, payloads(drain(t, e, cb, 100)), "g", 5)
+	expectExactly(t, payloads(Drain(t, e, cb, 100)), "g", 5)
 	must(t, e.Queues.DeleteQueue("q"))
 	if _, err := e.Queues.Info("q"); !errors.Is(err, queue.ErrUnknownQueue) {
 		t.Fatalf("info after delete: %v", err)
