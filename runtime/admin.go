@@ -69,8 +69,7 @@ func (a *App) Ingest(ctx context.Context, flowletName, input string, events []In
 		if ing == nil {
 			return 0, fmt.Errorf("%w: flowlet %q is a source that does not accept events (http_source does)", ErrBadRequest, flowletName)
 		}
-	}
-	if len(frt.fl.Inputs) > 0 {
+	} else {
 		if input == "" {
 			if len(frt.fl.Inputs) != 1 {
 				return 0, fmt.Errorf("%w: flowlet %q has %d inputs (%v): name one", ErrBadRequest, flowletName, len(frt.fl.Inputs), frt.fl.Inputs)

@@ -14,14 +14,7 @@ import (
 // down with requests in flight.
 func runCloseReadApp(t *testing.T) *App {
 	t.Helper()
-	a := openYAML(t, `
-app: closeread
-flowlets:
-  gen: {type: generator, config: {count: 1}}
-  c: {type: t_viewgc}
-connections:
-  - {from: gen, to: c}
-`, Options{NoSync: true})
+	a := openYAML(t, viewGCAppYAML, Options{NoSync: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- a.Run(ctx) }()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/flowrun/flowrun/planner"
 )
@@ -56,4 +57,18 @@ func runInBackground(t testing.TB, a *App) context.Context {
 		}
 	})
 	return ctx
+}
+
+// pollUntil polls cond until it holds; a minute without fails the test
+// (a hang detector, not a timing assertion).
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	hang := time.After(time.Minute)
+	for !cond() {
+		select {
+		case <-hang:
+			t.Fatalf("no %s in a minute", what)
+		case <-time.After(time.Millisecond):
+		}
+	}
 }

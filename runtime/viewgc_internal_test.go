@@ -160,35 +160,26 @@ func runViewGCApp(t *testing.T, timeout time.Duration) (*App, context.Context) {
 	old := viewTimeout
 	viewTimeout = timeout
 	t.Cleanup(func() { viewTimeout = old }) // after the app stopped
-	a := openYAML(t, `
+	// GC runs when the test says.
+	a := openYAML(t, viewGCAppYAML, Options{NoSync: true, GCInterval: time.Hour})
+	ctx := runInBackground(t, a)
+	waitCount(t, a, 1)
+	return a, ctx
+}
+
+// viewGCAppYAML: a generator's one event, counted by c (t_viewgc) in its
+// counter n/total (waitCount).
+const viewGCAppYAML = `
 app: viewgc
 flowlets:
   gen: {type: generator, config: {count: 1}}
   c: {type: t_viewgc}
 connections:
   - {from: gen, to: c}
-`, Options{NoSync: true, GCInterval: time.Hour}) // GC runs when the test says
-	ctx := runInBackground(t, a)
-	waitCount(t, a, 1)
-	return a, ctx
-}
+`
 
 // waitCount waits until c's counter n/total of a running app is n.
 func waitCount(t *testing.T, a *App, n int64) {
 	t.Helper()
 	pollUntil(t, "c to count the events", func() bool { return countOf(t, a, "c", "n", "total") == n })
-}
-
-// pollUntil polls cond until it holds; a minute without fails the test
-// (a hang detector, not a timing assertion).
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	hang := time.After(time.Minute)
-	for !cond() {
-		select {
-		case <-hang:
-			t.Fatalf("no %s in a minute", what)
-		case <-time.After(time.Millisecond):
-		}
-	}
 }
