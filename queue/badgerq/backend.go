@@ -996,8 +996,9 @@ func (b *Backend) background() {
 // wakeLeaseWaiters wakes the consumers of a queue where a Dequeue skipped a
 // leased partition, once the lease's transaction ended and nothing of it is
 // under way (a timeout, a lost PostCommit): they take the lease over
-// (leaseEndLocked). Nothing else would
-// wake them if no producer commits. Needs Options.Coordinator.
+// (leaseEndLocked; a committed, unpublished one once PostCommitWait has
+// passed). Nothing else would wake them if no producer commits. Needs
+// Options.Coordinator.
 func (b *Backend) wakeLeaseWaiters() {
 	coord := b.opts.Coordinator
 	if coord == nil {

@@ -278,8 +278,10 @@ func (c *consumer) candidatesLocked() ([]int, error) {
 // consumer's transaction holds it (the previous owner, during a rescale) or
 // the partition index shows nothing to read there (then it returns nil
 // without leasing: skipping an idle partition costs no Badger access).
-// A lease whose transaction ended without committing (timed out, its
-// goroutine lost) is taken over.
+// A lease whose transaction ended before it wrote (timed out, its
+// goroutine lost) is taken over; one that ended after it wrote, with the
+// state the store holds (adoptLocked: a commit its PostCommit has not
+// published, only Options.PostCommitWait after it was first found so).
 func (c *consumer) leaseLocked(p int) (*work, error) {
 	if w := c.work[p]; w != nil {
 		if !c.q.index[p].mayHaveWork(&w.st, c.t) {
